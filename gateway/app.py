@@ -1,0 +1,306 @@
+"""The Litestar app: the routes, the one error renderer, and the pipeline's declared order.
+
+``create_app(settings, *, client=None, reloader=None)`` builds everything; every I/O seam (the
+upstream client, the policy source) can be injected.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+from typing import Any
+
+import msgspec
+from litestar import Litestar, MediaType, Request, Response, get, post
+from litestar.background_tasks import BackgroundTask
+from litestar.exceptions import HTTPException
+from litestar.response import Stream
+
+from gateway.errors import (
+    BodyTooLarge,
+    GatewayError,
+    InvalidRequest,
+    MethodNotAllowed,
+    ModelNotFound,
+    NotFound,
+    render,
+    status_of,
+)
+from gateway.pipeline import BytesResult, Call, Endpoint, Pipeline, StreamResult
+from gateway.policy import Policy
+from gateway.reloader import PolicyReloader
+from gateway.routing.balancer import Balancer
+from gateway.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse_body
+from gateway.settings import Settings
+from gateway.stages.pick import PickReplica
+from gateway.stages.resolve import ResolveModel
+from gateway.stages.upstream import CallUpstream
+from gateway.telemetry import Metrics
+from gateway.upstream_client import AiohttpUpstreamClient, UpstreamClient
+
+logger = logging.getLogger("switchyard.gateway")
+_encode = msgspec.json.encode
+
+
+def build_pipeline(gateway: Gateway) -> Pipeline:
+    """The stages every request runs through, in order."""
+    return Pipeline(
+        [
+            ResolveModel(),
+            PickReplica(gateway.balancer),
+            CallUpstream(gateway.client, gateway.balancer),
+        ]
+    )
+
+
+class Gateway:
+    """The gateway's runtime: the serving policy, replica state, upstream client and metrics."""
+
+    def __init__(
+        self, settings: Settings, *, client: UpstreamClient, reloader: PolicyReloader, metrics: Metrics
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.reloader = reloader
+        self.metrics = metrics
+        self.balancer = Balancer()
+        self.reloader.subscribe(self.balancer.update)
+        self.reloader.subscribe(self._count_reload)
+        self.pipeline = build_pipeline(self)
+        self._ids = itertools.count(1)
+        self._id_prefix = os.urandom(6).hex()
+        self._models_cache: tuple[Policy, bytes] | None = None
+
+    @property
+    def policy(self) -> Policy:
+        return self.reloader.policy
+
+    def _count_reload(self, policy: Policy) -> None:
+        self.metrics.policy_reloads.labels("adopted").inc()
+
+    def _request_id(self, request: Request[Any, Any, Any]) -> str:
+        given = request.headers.get("x-request-id")
+        if given and len(given) <= 128 and given.isascii() and given.isprintable():
+            return given
+        return f"{self._id_prefix}{next(self._ids):x}"
+
+    async def _read_body(self, request: Request[Any, Any, Any], limit: int) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise BodyTooLarge(f"Request body of {declared} bytes is over the limit of {limit} bytes.")
+        raw = await request.body()
+        if len(raw) > limit:
+            raise BodyTooLarge(f"Request body is over the limit of {limit} bytes.")
+        return raw
+
+    async def handle(self, endpoint: Endpoint, request: Request[Any, Any, Any]) -> Response[Any]:
+        """Run one proxied API request through the pipeline."""
+        started = time.perf_counter()
+        policy = self.reloader.policy
+        request_id = self._request_id(request)
+        call: Call | None = None
+        try:
+            raw = await self._read_body(request, policy.limits.max_body_bytes)
+            body, parsed = parse_body(endpoint, raw)
+            is_stream = False
+            include_usage = False
+            if isinstance(parsed, ChatRequest | CompletionRequest):
+                is_stream = bool(parsed.stream)
+                include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
+            call = Call(
+                endpoint,
+                body,
+                request.headers,
+                policy,
+                request_id,
+                parsed.model,
+                is_stream=is_stream,
+                include_usage=include_usage,
+                started_at=started,
+            )
+            call.on_finish(self._record)
+            result = await self.pipeline.run(call)
+        except GatewayError as error:
+            if call is None:
+                self.metrics.requests.labels(endpoint.name.lower(), "-", str(status_of(error))).inc()
+            return self._error_response(error, request_id)
+        headers = {"x-request-id": request_id, **call.response_headers}
+        if call.pool is not None:
+            headers["x-switchyard-pool"] = call.pool
+        if isinstance(result, BytesResult):
+            return Response(
+                content=result.body,
+                status_code=result.status,
+                media_type=result.content_type,
+                headers=headers,
+            )
+        assert isinstance(result, StreamResult)
+        headers["Cache-Control"] = "no-cache"
+        headers["X-Accel-Buffering"] = "no"
+        return Stream(
+            result.events,
+            media_type=result.content_type,
+            status_code=result.status,
+            headers=headers,
+            background=BackgroundTask(_close_stream, result, call),
+        )
+
+    async def _record(self, call: Call, error: GatewayError | None) -> None:
+        endpoint = call.endpoint.name.lower()
+        pool = call.pool or "-"
+        status = "200" if error is None else str(status_of(error))
+        now = time.perf_counter()
+        m = self.metrics
+        m.requests.labels(endpoint, pool, status).inc()
+        m.request_duration.labels(endpoint, pool).observe(now - call.started_at)
+        m.overhead.labels(endpoint).observe(max(0.0, now - call.started_at - call.upstream_s))
+        if call.first_token_at is not None:
+            m.time_to_first_token.labels(pool).observe(call.first_token_at - call.started_at)
+        if call.usage is not None:
+            m.tokens.labels(pool, "input").inc(call.usage.input_tokens)
+            m.tokens.labels(pool, "output").inc(call.usage.output_tokens)
+        if error is not None and status_of(error) >= 500:
+            m.upstream_errors.labels(pool, error.code or "error").inc()
+
+    def _error_response(self, error: GatewayError, request_id: str) -> Response[bytes]:
+        status, body, headers = render(error)
+        return Response(
+            content=body,
+            status_code=status,
+            media_type=MediaType.JSON,
+            headers={"x-request-id": request_id, **headers},
+        )
+
+    def models_body(self) -> bytes:
+        policy = self.reloader.policy
+        if self._models_cache is None or self._models_cache[0] is not policy:
+            data = [_model_card(name) for name in policy.model_names()]
+            self._models_cache = (policy, _encode({"object": "list", "data": data}))
+        return self._models_cache[1]
+
+
+def _model_card(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "switchyard"}
+
+
+async def _close_stream(result: StreamResult, call: Call) -> None:
+    """After a stream ends, however it ends: close the relay and settle the call exactly once."""
+    aclose = getattr(result.events, "aclose", None)
+    if aclose is not None:
+        await aclose()
+    await call.finish()
+
+
+def _http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
+    """Litestar's own errors (unknown route, wrong method, body too big) in OpenAI's shape."""
+    error: GatewayError
+    if exc.status_code == 404:
+        error = NotFound(f"Unknown request URL: {request.method} {request.url.path}.")
+    elif exc.status_code == 405:
+        error = MethodNotAllowed(f"Method {request.method} is not allowed for {request.url.path}.")
+    elif exc.status_code == 413:
+        error = BodyTooLarge("Request body is too large.")
+    elif exc.status_code < 500:
+        error = InvalidRequest(str(exc.detail))
+    else:
+        error = GatewayError(str(exc.detail))
+    status, body, headers = render(error)
+    return Response(content=body, status_code=status, media_type=MediaType.JSON, headers=headers)
+
+
+def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+    logger.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    status, body, headers = render(GatewayError("The server had an error processing your request."))
+    return Response(content=body, status_code=status, media_type=MediaType.JSON, headers=headers)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    client: UpstreamClient | None = None,
+    reloader: PolicyReloader | None = None,
+    metrics: Metrics | None = None,
+) -> Litestar:
+    """Build the gateway app. Everything not given is built from ``settings``."""
+    settings = settings or Settings.from_env()
+    reloader = reloader or PolicyReloader(
+        settings.policy_path, overlay=settings.overlay_path, poll_interval_s=settings.reload_interval_s
+    )
+    client = client or AiohttpUpstreamClient(max_connections=settings.max_upstream_connections)
+    gateway = Gateway(settings, client=client, reloader=reloader, metrics=metrics or Metrics())
+
+    @post("/v1/chat/completions", status_code=200)
+    async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
+        return await gateway.handle(Endpoint.CHAT, request)
+
+    @post("/v1/completions", status_code=200)
+    async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
+        return await gateway.handle(Endpoint.COMPLETIONS, request)
+
+    @post("/v1/embeddings", status_code=200)
+    async def embeddings(request: Request[Any, Any, Any]) -> Response[Any]:
+        return await gateway.handle(Endpoint.EMBEDDINGS, request)
+
+    @get("/v1/models")
+    async def list_models() -> Response[bytes]:
+        return Response(content=gateway.models_body(), media_type=MediaType.JSON)
+
+    @get("/v1/models/{model_id:path}")
+    async def retrieve_model(model_id: str) -> Response[bytes]:
+        model_id = model_id.lstrip("/")
+        if gateway.policy.pool_for_model(model_id) is None:
+            return gateway._error_response(ModelNotFound.for_model(model_id), "-")
+        return Response(content=_encode(_model_card(model_id)), media_type=MediaType.JSON)
+
+    @get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @get("/readyz")
+    async def readyz() -> Response[bytes]:
+        checks = {"policy": True, "store": True, "replica": gateway.balancer.has_healthy()}
+        ready = all(checks.values())
+        return Response(
+            content=_encode({"status": "ready" if ready else "not ready", "checks": checks}),
+            status_code=200 if ready else 503,
+            media_type=MediaType.JSON,
+        )
+
+    @get("/metrics")
+    async def metrics_endpoint() -> Response[bytes]:
+        for state in gateway.balancer.all_replicas():
+            gateway.metrics.replica_outstanding.labels(state.pool, state.label).set(state.outstanding)
+        return Response(content=gateway.metrics.render(), media_type=gateway.metrics.content_type)
+
+    async def on_startup() -> None:
+        reloader.start()
+
+    async def on_shutdown() -> None:
+        await reloader.stop()
+        await client.close()
+
+    app = Litestar(
+        route_handlers=[
+            chat_completions,
+            completions,
+            embeddings,
+            list_models,
+            retrieve_model,
+            healthz,
+            readyz,
+            metrics_endpoint,
+        ],
+        exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
+        on_startup=[on_startup],
+        on_shutdown=[on_shutdown],
+        logging_config=None,
+        openapi_config=None,
+        request_max_body_size=settings.hard_max_body_bytes,
+    )
+    app.state.gateway = gateway
+    return app
+
+
+__all__ = ["EmbeddingRequest", "Gateway", "build_pipeline", "create_app"]

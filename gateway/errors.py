@@ -1,0 +1,180 @@
+"""The gateway's error tree and the one renderer of OpenAI's error shape.
+
+::
+
+    GatewayError                      (500 internal_error: a bug, never expected)
+    +-- InvalidRequest                (400 invalid_request_error)
+    |   +-- InvalidJSON               (400 invalid_json)
+    |   +-- BodyTooLarge              (413 request_too_large)
+    +-- AuthenticationFailed          (401 invalid_api_key)
+    +-- PermissionDenied              (403 / 404 model_not_found, as OpenAI answers)
+    +-- ModelNotFound                 (404 model_not_found)
+    +-- RateLimited                   (429 rate_limit_exceeded / insufficient_quota, Retry-After)
+    +-- UpstreamError                 (502 upstream_error: the upstream answered badly)
+    |   +-- UpstreamConnectError      (502 upstream_connect_error)
+    |   +-- UpstreamProtocolError     (502 upstream_protocol_error: malformed body or SSE)
+    |   +-- UpstreamStatusError       (the upstream's own 4xx, relayed with its status)
+    +-- UpstreamTimeout               (504 upstream_timeout)
+    +-- ServiceUnavailable            (503 no_healthy_replica / store_unavailable, Retry-After)
+
+Foreign exceptions (aiohttp, msgspec, redis) are translated at the edge that meets them; the app
+installs one exception handler that renders any of these with :func:`render`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import msgspec
+
+
+class ErrorBody(msgspec.Struct, omit_defaults=False):
+    """The inner object of OpenAI's ``{"error": {...}}``."""
+
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorEnvelope(msgspec.Struct):
+    error: ErrorBody
+
+
+_encoder = msgspec.json.Encoder()
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway renders to a client."""
+
+    status: ClassVar[int] = 500
+    type: ClassVar[str] = "server_error"
+    default_code: ClassVar[str | None] = "internal_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+        self.headers = headers or {}
+
+    def body(self) -> ErrorEnvelope:
+        return ErrorEnvelope(ErrorBody(self.message, self.type, self.param, self.code))
+
+    def to_json(self) -> bytes:
+        return _encoder.encode(self.body())
+
+    def to_sse(self) -> bytes:
+        """The error as one SSE event, for failures after a stream has started."""
+        return b"data: " + self.to_json() + b"\n\n"
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+    default_code = "invalid_request"
+
+
+class InvalidJSON(InvalidRequest):
+    default_code = "invalid_json"
+
+
+class BodyTooLarge(InvalidRequest):
+    status = 413
+    default_code = "request_too_large"
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+    type = "invalid_request_error"
+    default_code = "invalid_api_key"
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "invalid_request_error"
+    default_code = "permission_denied"
+
+
+class ModelNotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    default_code = "model_not_found"
+
+    @classmethod
+    def for_model(cls, model: str) -> ModelNotFound:
+        # OpenAI's own wording, so clients that match on it keep working.
+        return cls(f"The model `{model}` does not exist or you do not have access to it.", param="model")
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    default_code = "not_found"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    type = "invalid_request_error"
+    default_code = "method_not_allowed"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+    default_code = "rate_limit_exceeded"
+
+
+class UpstreamError(GatewayError):
+    status = 502
+    type = "server_error"
+    default_code = "upstream_error"
+
+
+class UpstreamConnectError(UpstreamError):
+    default_code = "upstream_connect_error"
+
+
+class UpstreamProtocolError(UpstreamError):
+    default_code = "upstream_protocol_error"
+
+
+class UpstreamStatusError(UpstreamError):
+    """A 4xx the upstream gave; relayed with the upstream's own status and body."""
+
+    def __init__(self, status: int, body: bytes, message: str) -> None:
+        super().__init__(message, code="upstream_status")
+        self.upstream_status = status
+        self.upstream_body = body
+
+
+class UpstreamTimeout(GatewayError):
+    status = 504
+    type = "server_error"
+    default_code = "upstream_timeout"
+
+
+class ServiceUnavailable(GatewayError):
+    status = 503
+    type = "server_error"
+    default_code = "service_unavailable"
+
+
+def status_of(error: GatewayError) -> int:
+    if isinstance(error, UpstreamStatusError):
+        return error.upstream_status
+    return error.status
+
+
+def render(error: GatewayError) -> tuple[int, bytes, dict[str, str]]:
+    """(status, JSON body, extra headers) for any gateway error."""
+    if isinstance(error, UpstreamStatusError):
+        return error.upstream_status, error.upstream_body, error.headers
+    return error.status, error.to_json(), error.headers

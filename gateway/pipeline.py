@@ -1,0 +1,162 @@
+"""One request's journey: a ``Call`` (all per-request state) passed through ``Stage`` s in one order.
+
+The order is declared once, in ``gateway.app.build_pipeline``::
+
+    resolve model -> pick replica -> call upstream
+
+(keys and limits, caches and the tier classifier slot in as more stages). A stage either fills in
+part of the call or finishes it by setting ``call.result``; the first result ends the walk. Work
+that must happen when the response is over (settling token reservations, releasing a replica,
+recording metrics) is registered with ``call.on_finish`` and runs exactly once, when a plain
+response has been built or when a stream ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gateway.errors import GatewayError
+
+if TYPE_CHECKING:
+    from gateway.policy import Policy
+    from gateway.routing.balancer import ReplicaState
+
+logger = logging.getLogger("switchyard.pipeline")
+
+
+class Endpoint(Enum):
+    """An OpenAI API operation the gateway proxies; the value is the upstream path."""
+
+    CHAT = "/chat/completions"
+    COMPLETIONS = "/completions"
+    EMBEDDINGS = "/embeddings"
+
+    @property
+    def operation(self) -> str:
+        """The GenAI semantic-convention operation name."""
+        return _OPERATIONS[self]
+
+
+_OPERATIONS = {
+    Endpoint.CHAT: "chat",
+    Endpoint.COMPLETIONS: "text_completion",
+    Endpoint.EMBEDDINGS: "embeddings",
+}
+
+
+@dataclass(slots=True)
+class Usage:
+    """Tokens one response used, as the upstream reported them."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(slots=True)
+class BytesResult:
+    """A complete response body."""
+
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+@dataclass(slots=True)
+class StreamResult:
+    """A response streamed as server-sent events."""
+
+    events: AsyncIterator[bytes]
+    status: int = 200
+    content_type: str = "text/event-stream"
+
+
+Finisher = Callable[["Call", GatewayError | None], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class Call:
+    """Everything the pipeline knows about one request."""
+
+    endpoint: Endpoint
+    body: dict[str, Any]
+    """The decoded request body; forwarded with unknown fields intact."""
+    headers: Any
+    """The client's request headers (case-insensitive mapping)."""
+    policy: Policy
+    """The policy snapshot this request runs under, even if a reload happens meanwhile."""
+    request_id: str
+    model: str
+    """The model name the client asked for (responses report this name)."""
+    is_stream: bool = False
+    include_usage: bool = False
+    """Whether the client asked for the usage chunk of a stream."""
+    started_at: float = field(default_factory=time.perf_counter)
+    pool: str | None = None
+    replica: ReplicaState | None = None
+    result: BytesResult | StreamResult | None = None
+    usage: Usage | None = None
+    finish_reasons: list[str] = field(default_factory=list)
+    response_headers: dict[str, str] = field(default_factory=dict)
+    upstream_s: float = 0.0
+    """Seconds spent waiting on the upstream (for the gateway-overhead metric)."""
+    first_token_at: float | None = None
+    error: GatewayError | None = None
+    _finishers: list[Finisher] = field(default_factory=list)
+    _is_finished: bool = False
+
+    def on_finish(self, finisher: Finisher) -> None:
+        """Run ``finisher`` once when the response is over (in reverse order of registration)."""
+        self._finishers.append(finisher)
+
+    async def finish(self, error: GatewayError | None = None) -> None:
+        """End the call: run every finisher once. Safe to call more than once."""
+        if self._is_finished:
+            return
+        self._is_finished = True
+        if error is not None:
+            self.error = error
+        for finisher in reversed(self._finishers):
+            try:
+                await finisher(self, self.error)
+            except Exception:  # a finisher's bug must not hide the response or skip the others
+                logger.exception("finisher failed")
+
+
+class Stage(Protocol):
+    """One step of the pipeline."""
+
+    name: str
+
+    async def __call__(self, call: Call) -> None: ...
+
+
+class Pipeline:
+    """Runs the stages in their declared order until one produces a result."""
+
+    def __init__(self, stages: Sequence[Stage]) -> None:
+        self.stages = tuple(stages)
+
+    async def run(self, call: Call) -> BytesResult | StreamResult:
+        try:
+            for stage in self.stages:
+                await stage(call)
+                if call.result is not None:
+                    break
+        except GatewayError as error:
+            await call.finish(error)
+            raise
+        except BaseException:
+            await call.finish(GatewayError("internal error"))
+            raise
+        if call.result is None:
+            await call.finish(GatewayError("no stage produced a response"))
+            raise GatewayError("no stage produced a response")
+        if isinstance(call.result, BytesResult):
+            await call.finish()
+        # a stream finishes the call itself when it ends
+        return call.result

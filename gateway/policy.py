@@ -1,0 +1,196 @@
+"""The policy: pools of replicas, model aliases, timeouts and limits, from one YAML file.
+
+``load_policy(path)`` parses YAML into frozen msgspec Structs and validates it; every error names the
+file, the path inside it and what was expected (``pools.large.replicas[0].base_url: expected an
+http(s) URL``). A git-ignored overlay file (``policies/local.yaml`` next to the policy by default) is
+merged on top, so a developer's own keys never land in the committed file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+import msgspec
+import yaml
+
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
+Name = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN, max_length=128)]
+
+
+class PolicyError(ValueError):
+    """A policy file that cannot be served; the message says where and why."""
+
+
+class Timeouts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Upstream timeouts, in seconds."""
+
+    connect_s: PositiveSeconds = 2.0
+    """Opening a TCP connection to a replica."""
+    first_byte_s: PositiveSeconds = 60.0
+    """From sending the request to the response headers and first body bytes."""
+    idle_s: PositiveSeconds = 30.0
+    """The longest gap between two chunks of a streamed response."""
+    total_s: PositiveSeconds = 600.0
+    """The whole upstream exchange."""
+
+
+class Replica(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One OpenAI-compatible server in a pool."""
+
+    base_url: str
+    """Its API root, e.g. ``http://10.0.0.5:8000/v1``; ``/chat/completions`` is appended."""
+    model: str
+    """The model name this replica serves; the request's ``model`` is rewritten to it."""
+    api_key_env: str | None = None
+    """Name of the environment variable holding its API key (never the key itself)."""
+    weight: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+    """Relative share of traffic for weighted balancing."""
+    name: str | None = None
+    """A label for metrics and logs; defaults to host:port."""
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        parts = urlsplit(self.base_url)
+        return parts.netloc
+
+
+class Pool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A set of replicas serving one model size (small / medium / large, or any name)."""
+
+    replicas: tuple[Replica, ...]
+    """The servers; at least one."""
+    timeouts: Timeouts | None = None
+    """Overrides the policy-wide timeouts for this pool."""
+    description: str = ""
+
+
+class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Request-shape limits."""
+
+    max_body_bytes: Annotated[int, msgspec.Meta(gt=0)] = 1_048_576
+    """Largest accepted request body; larger gets 413."""
+
+
+class Policy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Everything a platform team configures, in one frozen object."""
+
+    pools: dict[Name, Pool]
+    """Pools by name; a pool's name is also a model name clients may ask for."""
+    version: int = 1
+    aliases: dict[Name, Name] = msgspec.field(default_factory=dict)
+    """Model names clients use -> pool name (``gpt-4o-mini: small``)."""
+    timeouts: Timeouts = Timeouts()
+    limits: Limits = Limits()
+    source: str = ""
+    """The file this policy came from (filled by the loader)."""
+
+    def pool_for_model(self, model: str) -> str | None:
+        """The pool serving ``model`` (a pool name or an alias), or None."""
+        if model in self.pools:
+            return model
+        return self.aliases.get(model)
+
+    def timeouts_for(self, pool: str) -> Timeouts:
+        return self.pools[pool].timeouts or self.timeouts
+
+    def model_names(self) -> list[str]:
+        return [*self.pools, *self.aliases]
+
+
+_MSGSPEC_PATH = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+
+
+def _format_msgspec_error(error: msgspec.ValidationError) -> str:
+    match = _MSGSPEC_PATH.match(str(error))
+    assert match is not None
+    what, path = match.group("what"), (match.group("path") or "").lstrip(".")
+    what = what[0].lower() + what[1:] if what else what
+    return f"{path}: {what}" if path else what
+
+
+def _check(policy: Policy) -> list[str]:
+    problems: list[str] = []
+    if not policy.pools:
+        problems.append("pools: expected at least one pool")
+    for pool_name, pool in policy.pools.items():
+        if not pool.replicas:
+            problems.append(f"pools.{pool_name}.replicas: expected at least one replica")
+        for i, replica in enumerate(pool.replicas):
+            where = f"pools.{pool_name}.replicas[{i}]"
+            parts = urlsplit(replica.base_url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                problems.append(f"{where}.base_url: expected an http(s) URL, got {replica.base_url!r}")
+            if not replica.model:
+                problems.append(f"{where}.model: expected the served model name")
+    for alias, target in policy.aliases.items():
+        if alias in policy.pools:
+            problems.append(f"aliases.{alias}: is also a pool name")
+        if target not in policy.pools:
+            problems.append(
+                f"aliases.{alias}: expected one of the pools ({', '.join(policy.pools)}), got {target!r}"
+            )
+    return problems
+
+
+def merge(base: Any, overlay: Any) -> Any:
+    """Deep-merge two YAML documents: mappings merge, anything else in the overlay wins."""
+    if isinstance(base, Mapping) and isinstance(overlay, Mapping):
+        merged = dict(base)
+        for key, value in overlay.items():
+            merged[key] = merge(base[key], value) if key in base else value
+        return merged
+    return overlay
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PolicyError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise PolicyError(f"{path}: cannot read: {e}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise PolicyError(f"{path}: invalid YAML: {e}") from None
+
+
+def parse_policy(document: Any, source: str) -> Policy:
+    """Validate a decoded YAML document into a Policy."""
+    if not isinstance(document, Mapping):
+        raise PolicyError(f"{source}: expected a mapping at the top level")
+    pools = document.get("pools")
+    if isinstance(pools, Mapping):
+        # msgspec names a dict key `[...]`: check each pool alone so the error can name it
+        for name, pool in pools.items():
+            try:
+                msgspec.convert(pool, Pool, strict=True)
+            except msgspec.ValidationError as e:
+                inner = _format_msgspec_error(e)
+                sep = "" if inner.startswith(("[", ".")) or ": " not in inner else "."
+                where = f"pools.{name}{sep}{inner}" if ": " in inner else f"pools.{name}: {inner}"
+                raise PolicyError(f"{source}: {where}") from None
+    try:
+        policy = msgspec.convert({**document, "source": source}, Policy, strict=True)
+    except msgspec.ValidationError as e:
+        raise PolicyError(f"{source}: {_format_msgspec_error(e)}") from None
+    problems = _check(policy)
+    if problems:
+        raise PolicyError("\n".join(f"{source}: {p}" for p in problems))
+    return policy
+
+
+def load_policy(path: str | Path, overlay: str | Path | None = None) -> Policy:
+    """Read, merge and validate a policy file (plus an optional overlay that may be absent)."""
+    path = Path(path)
+    document = _read_yaml(path)
+    if overlay is not None and Path(overlay).exists():
+        document = merge(document, _read_yaml(Path(overlay)) or {})
+    return parse_policy(document, str(path))

@@ -1,0 +1,97 @@
+"""Hot reload of the policy: on file change (polled) and on SIGHUP.
+
+A new file that fails validation is refused and logged; the last good policy keeps serving. Each
+adopted policy is pushed to the listeners (the balancer, ...) before requests see it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from gateway.policy import Policy, PolicyError, load_policy
+
+logger = logging.getLogger("switchyard.policy")
+
+Listener = Callable[[Policy], None]
+
+
+class PolicyReloader:
+    """Holds the serving policy and replaces it when its files change."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        overlay: str | Path | None = None,
+        poll_interval_s: float = 1.0,
+        policy: Policy | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.overlay = Path(overlay) if overlay else None
+        self.poll_interval_s = poll_interval_s
+        self.policy = policy or load_policy(self.path, self.overlay)
+        self.listeners: list[Listener] = []
+        self.num_reloads = 0
+        self.num_refused = 0
+        self.last_error: str | None = None
+        self._stamp = self._file_stamp()
+        self._task: asyncio.Task[None] | None = None
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener`` with the current policy now and with every policy adopted later."""
+        self.listeners.append(listener)
+        listener(self.policy)
+
+    def _file_stamp(self) -> tuple[tuple[int, int, int], ...]:
+        stamps = []
+        for path in (self.path, self.overlay):
+            try:
+                st = os.stat(path) if path else None
+                stamps.append((st.st_mtime_ns, st.st_size, st.st_ino) if st else (0, 0, 0))
+            except FileNotFoundError:
+                stamps.append((0, 0, 0))
+        return tuple(stamps)
+
+    def reload(self) -> bool:
+        """Load the files again; adopt the result if valid. True when a new policy was adopted."""
+        self._stamp = self._file_stamp()
+        try:
+            policy = load_policy(self.path, self.overlay)
+        except PolicyError as e:
+            self.num_refused += 1
+            self.last_error = str(e)
+            logger.error("policy reload refused, the last good policy keeps serving: %s", e)
+            return False
+        for listener in self.listeners:
+            listener(policy)
+        self.policy = policy
+        self.num_reloads += 1
+        self.last_error = None
+        logger.info("policy reloaded from %s", self.path)
+        return True
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            if self._file_stamp() != self._stamp:
+                self.reload()
+
+    def start(self) -> None:
+        """Start polling the files and listen for SIGHUP (where the loop supports signals)."""
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._watch())
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

@@ -1,0 +1,54 @@
+"""Process settings, read once from the environment (``SWITCHYARD_*``) and frozen."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How this gateway process runs; what it serves is the policy's business."""
+
+    policy_path: str = "policies/default.yaml"
+    """The policy YAML file."""
+    policy_overlay: str | None = None
+    """A git-ignored overlay merged on top (local keys); default: ``local.yaml`` beside the policy."""
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1
+    """Worker processes (each with its own event loop)."""
+    log_level: str = "info"
+    reload_interval_s: float = 1.0
+    """How often the policy files are checked for changes."""
+    max_upstream_connections: int = 1024
+    """Size of the upstream connection pool per process."""
+    hard_max_body_bytes: int = 64 * 1024 * 1024
+    """A ceiling above any policy's ``limits.max_body_bytes``."""
+
+    @property
+    def overlay_path(self) -> str:
+        if self.policy_overlay is not None:
+            return self.policy_overlay
+        return os.path.join(os.path.dirname(self.policy_path) or ".", "local.yaml")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for name, field_type in (
+            ("policy_path", str),
+            ("policy_overlay", str),
+            ("host", str),
+            ("port", int),
+            ("workers", int),
+            ("log_level", str),
+            ("reload_interval_s", float),
+            ("max_upstream_connections", int),
+        ):
+            raw = env.get(f"SWITCHYARD_{name.upper()}")
+            if raw is not None:
+                values[name] = field_type(raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]

@@ -1,0 +1,135 @@
+"""Relaying an upstream's server-sent events to the client as bytes.
+
+Each complete event is passed on as soon as it has arrived (never held back for more), with two
+byte-level edits and no re-serialisation: the served model name becomes the name the client asked
+for, and the usage-only chunk the gateway asked for is dropped when the client did not ask for it.
+Every ``data:`` payload is checked to be JSON (msgspec skims it into a tiny struct), which is also
+how usage and finish reasons are read for accounting.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from gateway.errors import UpstreamProtocolError
+from gateway.pipeline import Usage
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class _Choice(msgspec.Struct):
+    finish_reason: str | None = None
+
+
+class _ChunkProbe(msgspec.Struct):
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: msgspec.Raw | None = None
+
+
+class _BodyProbe(msgspec.Struct):
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+
+
+_chunk_decoder = msgspec.json.Decoder(_ChunkProbe)
+_body_decoder = msgspec.json.Decoder(_BodyProbe)
+_ALLOWED_FIELDS = (b"event:", b"id:", b"retry:", b":")
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+def model_rewriter(served: str, asked: str) -> tuple[tuple[bytes, bytes], ...]:
+    """The byte replacements that make responses name the model the client asked for."""
+    if served == asked:
+        return ()
+    enc = msgspec.json.encode
+    s, a = enc(served), enc(asked)
+    return ((b'"model":' + s, b'"model":' + a), (b'"model": ' + s, b'"model": ' + a))
+
+
+def rewrite(data: bytes, replacements: tuple[tuple[bytes, bytes], ...]) -> bytes:
+    for old, new in replacements:
+        data = data.replace(old, new, 1)
+    return data
+
+
+def read_body_usage(body: bytes) -> tuple[Usage | None, list[str]]:
+    """Usage and finish reasons of a complete JSON response; (None, []) if it has none."""
+    try:
+        probe = _body_decoder.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise UpstreamProtocolError("upstream returned a body that is not a JSON response") from None
+    usage = Usage(probe.usage.prompt_tokens, probe.usage.completion_tokens) if probe.usage else None
+    reasons = [c.finish_reason for c in probe.choices or () if c.finish_reason]
+    return usage, reasons
+
+
+class SSERelay:
+    """Turns upstream byte chunks into client byte chunks, one call of ``feed`` per network read."""
+
+    def __init__(self, replacements: tuple[tuple[bytes, bytes], ...], *, drop_usage_chunk: bool) -> None:
+        self.replacements = replacements
+        self.drop_usage_chunk = drop_usage_chunk
+        self.usage: Usage | None = None
+        self.finish_reasons: list[str] = []
+        self.is_done = False
+        self.error: bytes | None = None
+        self.num_events = 0
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Complete events in ``chunk`` (plus what was buffered), ready to send; may be empty."""
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n")
+        data = self._buffer + chunk if self._buffer else chunk
+        end = data.rfind(b"\n\n")
+        if end < 0:
+            self._buffer = data
+            return b""
+        self._buffer = data[end + 2 :]
+        complete = data[: end + 2]
+        if self.is_done:
+            return b""
+        out = []
+        for event in complete.split(b"\n\n")[:-1]:
+            kept = self._event(event)
+            if kept is not None:
+                out.append(kept)
+                if self.is_done:
+                    break
+        return b"".join(out)
+
+    def _event(self, event: bytes) -> bytes | None:
+        if not event:
+            return None
+        if not event.startswith(b"data:"):
+            if all(line.startswith(_ALLOWED_FIELDS) for line in event.split(b"\n")):
+                return event + b"\n\n"  # comments and keep-alives pass through
+            raise UpstreamProtocolError("upstream sent a malformed server-sent event")
+        payload = event[5:].strip()
+        if payload == b"[DONE]":
+            self.is_done = True
+            return DONE_EVENT
+        try:
+            probe = _chunk_decoder.decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise UpstreamProtocolError("upstream sent an event that is not JSON") from None
+        self.num_events += 1
+        if probe.error is not None:
+            self.error = bytes(probe.error)
+        if probe.choices:
+            for choice in probe.choices:
+                if choice.finish_reason:
+                    self.finish_reasons.append(choice.finish_reason)
+        if probe.usage is not None:
+            self.usage = Usage(probe.usage.prompt_tokens, probe.usage.completion_tokens)
+            if self.drop_usage_chunk and not probe.choices:
+                return None
+        return rewrite(event, self.replacements) + b"\n\n"
+
+    def leftover(self) -> bytes:
+        """Bytes of an unfinished event when the upstream closed the stream."""
+        return self._buffer

@@ -1,0 +1,178 @@
+"""Stage: call the chosen replica and turn its answer into the call's result.
+
+The body is forwarded with every unknown field intact; only ``model`` is rewritten to the
+replica's served name (and, for streams, ``stream_options.include_usage`` is switched on so the
+gateway can account tokens). Responses name the model the client asked for. A stream is relayed
+event by event (see ``gateway.sse``); everything that can fail before the first byte reaches the
+client fails as a plain HTTP error, anything later ends the stream with an error event and
+``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import anyio
+import msgspec
+
+from gateway.errors import (
+    GatewayError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamStatusError,
+    UpstreamTimeout,
+)
+from gateway.pipeline import BytesResult, Call, StreamResult
+from gateway.routing.balancer import Balancer, ReplicaState
+from gateway.sse import DONE_EVENT, SSERelay, model_rewriter, read_body_usage, rewrite
+from gateway.upstream_client import UpstreamClient, UpstreamResponse
+
+_encode = msgspec.json.encode
+_MAX_ERROR_BODY = 64 * 1024
+
+
+class _ErrorProbe(msgspec.Struct):
+    error: dict[str, object]
+
+
+def _relayable_error(status: int, body: bytes) -> UpstreamStatusError:
+    """The upstream's 4xx, kept as is when it is already OpenAI-shaped, else wrapped."""
+    body = body[:_MAX_ERROR_BODY]
+    try:
+        msgspec.json.decode(body, type=_ErrorProbe)
+        return UpstreamStatusError(status, body, "upstream rejected the request")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        text = body.decode("utf-8", "replace").strip()[:500] or f"HTTP {status}"
+        wrapped = GatewayError(f"Upstream rejected the request: {text}")
+        envelope = {
+            "error": {
+                "message": wrapped.message,
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "upstream_status",
+            }
+        }
+        return UpstreamStatusError(status, _encode(envelope), wrapped.message)
+
+
+class CallUpstream:
+    """Sends the call to ``call.replica`` and sets ``call.result``."""
+
+    name = "upstream"
+
+    def __init__(self, client: UpstreamClient, balancer: Balancer) -> None:
+        self.client = client
+        self.balancer = balancer
+
+    async def __call__(self, call: Call) -> None:
+        state = call.replica
+        assert state is not None and call.pool is not None
+        replica = state.replica
+        body = call.body
+        body["model"] = replica.model
+        if call.is_stream:
+            options = body.get("stream_options")
+            body["stream_options"] = (
+                {**options, "include_usage": True} if isinstance(options, dict) else {"include_usage": True}
+            )
+        headers = {"Content-Type": "application/json", "X-Request-Id": call.request_id, **state.headers}
+        traceparent = call.headers.get("traceparent")
+        if traceparent:
+            headers["traceparent"] = traceparent
+        timeouts = call.policy.timeouts_for(call.pool)
+        what = f"upstream {state.label}"
+
+        state.acquire()
+        call.on_finish(_release(state))
+        sent_at = time.perf_counter()
+        try:
+            response = await self.client.post(
+                replica.base_url.rstrip("/") + call.endpoint.value, _encode(body), headers, timeouts, what
+            )
+        except (UpstreamError, UpstreamTimeout):
+            self.balancer.record_failure(state)
+            raise
+        replacements = model_rewriter(replica.model, call.model)
+        if response.status != 200:
+            await self._raise_for_status(response, state)
+        if not call.is_stream:
+            payload = await response.read()
+            response.release()
+            call.upstream_s += time.perf_counter() - sent_at
+            self.balancer.record_success(state)
+            call.usage, call.finish_reasons = read_body_usage(payload)
+            call.result = BytesResult(200, rewrite(payload, replacements))
+            return
+        relay = SSERelay(replacements, drop_usage_chunk=not call.include_usage)
+        chunks = response.chunks(timeouts.idle_s)
+        try:
+            first = await self._first_events(chunks, relay)
+        except GatewayError:
+            response.close()
+            self.balancer.record_failure(state)
+            raise
+        call.upstream_s += time.perf_counter() - sent_at
+        call.first_token_at = time.perf_counter()
+        self.balancer.record_success(state)
+        call.result = StreamResult(_relay(call, response, chunks, relay, first))
+
+    async def _raise_for_status(self, response: UpstreamResponse, state: ReplicaState) -> None:
+        try:
+            payload = await response.read()
+        except GatewayError:
+            payload = b""
+        response.release()
+        if response.status >= 500:
+            self.balancer.record_failure(state)
+            raise UpstreamError(f"Upstream {state.label} answered HTTP {response.status}.")
+        raise _relayable_error(response.status, payload)
+
+    @staticmethod
+    async def _first_events(chunks: AsyncIterator[bytes], relay: SSERelay) -> bytes:
+        """Read until the relay has something to send, so early failures are plain HTTP errors."""
+        async for chunk in chunks:
+            out = relay.feed(chunk)
+            if out:
+                return out
+        raise UpstreamProtocolError("upstream closed the stream before sending an event")
+
+
+def _release(state: ReplicaState):  # type: ignore[no-untyped-def]
+    async def release(call: Call, error: GatewayError | None) -> None:
+        state.release()
+
+    return release
+
+
+async def _relay(
+    call: Call, response: UpstreamResponse, chunks: AsyncIterator[bytes], relay: SSERelay, first: bytes
+) -> AsyncIterator[bytes]:
+    """The client's stream: the first events, then the rest as they arrive, then the end."""
+    error: GatewayError | None = None
+    try:
+        yield first
+        if not relay.is_done:
+            async for chunk in chunks:
+                out = relay.feed(chunk)
+                if out:
+                    yield out
+                if relay.is_done:
+                    break
+        if not relay.is_done:
+            if relay.error is None:
+                raise UpstreamProtocolError("upstream closed the stream before [DONE]")
+            yield DONE_EVENT  # the upstream sent its own error event: close the stream cleanly
+    except GatewayError as e:
+        error = e
+        yield e.to_sse() + DONE_EVENT
+    finally:
+        # a client that went away cancels us here; dropping the connection stops the upstream
+        if relay.is_done:
+            response.release()
+        else:
+            response.close()
+        call.usage = relay.usage
+        call.finish_reasons = relay.finish_reasons
+        with anyio.CancelScope(shield=True):  # finishers settle accounts even when cancelled
+            await call.finish(error)

@@ -1,0 +1,77 @@
+"""Every metric the gateway exports, named in one place.
+
+Each app gets its own ``CollectorRegistry`` so that several apps (tests, workers) never collide.
+Labels never carry API keys or prompt content.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+OVERHEAD_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
+class Metrics:
+    """The gateway's Prometheus metrics."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "switchyard_requests",
+            "Requests answered, by endpoint, pool and HTTP status.",
+            ("endpoint", "pool", "status"),
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            "switchyard_request_duration_seconds",
+            "Total request latency as the client sees it.",
+            ("endpoint", "pool"),
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.time_to_first_token = Histogram(
+            "switchyard_time_to_first_token_seconds",
+            "Time to the first streamed event.",
+            ("pool",),
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.overhead = Histogram(
+            "switchyard_gateway_overhead_seconds",
+            "Request time not spent waiting on the upstream.",
+            ("endpoint",),
+            buckets=OVERHEAD_BUCKETS_S,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "switchyard_tokens",
+            "Tokens reported by upstreams, by pool and direction.",
+            ("pool", "direction"),
+            registry=r,
+        )
+        self.upstream_errors = Counter(
+            "switchyard_upstream_errors",
+            "Upstream failures by pool and kind.",
+            ("pool", "kind"),
+            registry=r,
+        )
+        self.replica_outstanding = Gauge(
+            "switchyard_replica_outstanding_requests",
+            "Requests in flight per replica.",
+            ("pool", "replica"),
+            registry=r,
+        )
+        self.policy_reloads = Counter(
+            "switchyard_policy_reloads",
+            "Policy reload attempts by result.",
+            ("result",),
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

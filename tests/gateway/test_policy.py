@@ -1,0 +1,99 @@
+"""Policy parsing: typed, frozen, and errors that say file, path and what was expected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from gateway.cli import main as cli_main
+from gateway.policy import Policy, PolicyError, load_policy, merge
+
+REPO = Path(__file__).resolve().parents[2]
+ALL_POLICIES = sorted([REPO / "policies" / "default.yaml", *(REPO / "policies" / "examples").glob("*.yaml")])
+
+
+@pytest.mark.parametrize("path", ALL_POLICIES, ids=lambda p: p.name)
+def test_every_shipped_policy_loads(path: Path) -> None:
+    policy = load_policy(path)
+    assert isinstance(policy, Policy) and policy.pools
+
+
+def test_default_policy_shape() -> None:
+    policy = load_policy(REPO / "policies" / "default.yaml")
+    assert set(policy.pools) == {"small", "medium", "large"}
+    assert policy.pool_for_model("gpt-4o-mini") == "small"
+    assert policy.pool_for_model("large") == "large"
+    assert policy.pool_for_model("nope") is None
+    with pytest.raises(
+        msgspec.structs.FrozenInstanceError
+        if hasattr(msgspec.structs, "FrozenInstanceError")
+        else AttributeError
+    ):
+        policy.version = 2  # type: ignore[misc]
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "pools:\n  large:\n    replicas:\n      - {base_url: 'ftp://x', model: m}\n",
+            "pools.large.replicas[0].base_url: expected an http(s) URL",
+        ),
+        (
+            "pools:\n  large:\n    replicas:\n      - {base_url: 5, model: m}\n",
+            "pools.large.replicas[0].base_url: expected `str`, got `int`",
+        ),
+        ("pools:\n  large:\n    replicas:\n      - {model: m}\n", "object missing required field `base_url`"),
+        (
+            "pools:\n  s:\n    replicas: [{base_url: 'http://x', model: m, weight: -1}]\n",
+            "pools.s.replicas[0].weight: expected `float` > 0",
+        ),
+        (
+            "pools:\n  s:\n    replicas: [{base_url: 'http://x', model: m}]\naliases: {a: nope}\n",
+            "aliases.a: expected one of the pools (s), got 'nope'",
+        ),
+        (
+            "pools:\n  s:\n    replicas: [{base_url: 'http://x', model: m}]\ntimeouts: {connect_s: 0}\n",
+            "timeouts.connect_s: expected `float` > 0",
+        ),
+        (
+            "pools:\n  s:\n    replicas: [{base_url: 'http://x', model: m}]\nsurprise: 1\n",
+            "object contains unknown field `surprise`",
+        ),
+        ("pools: {}\n", "pools: expected at least one pool"),
+        ("- a list\n", "expected a mapping at the top level"),
+        ("pools: [\n", "invalid YAML"),
+    ],
+)
+def test_errors_name_file_path_and_expectation(tmp_path: Path, text: str, message: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(PolicyError) as info:
+        load_policy(path)
+    assert str(path) in str(info.value)
+    assert message in str(info.value)
+
+
+def test_overlay_merges_on_top(tmp_path: Path) -> None:
+    base = _write(tmp_path, "pools:\n  s:\n    replicas: [{base_url: 'http://x', model: m}]\n")
+    overlay = tmp_path / "local.yaml"
+    overlay.write_text("aliases: {dev: s}\nlimits: {max_body_bytes: 10}\n")
+    policy = load_policy(base, overlay)
+    assert policy.pool_for_model("dev") == "s" and policy.limits.max_body_bytes == 10
+    assert load_policy(base, tmp_path / "absent.yaml").aliases == {}
+    assert merge({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}}) == {"a": {"b": 1, "c": 3}}
+
+
+def test_policy_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["policy", "check", str(REPO / "policies" / "default.yaml")]) == 0
+    assert "ok (3 pools" in capsys.readouterr().out
+    bad = _write(tmp_path, "pools:\n  large:\n    replicas:\n      - {base_url: 'nope', model: m}\n")
+    assert cli_main(["policy", "check", str(bad)]) == 1
+    assert "pools.large.replicas[0].base_url: expected an http(s) URL" in capsys.readouterr().err

@@ -1,0 +1,246 @@
+"""A fake OpenAI-compatible upstream on a real loopback port, for gateway tests.
+
+Its behaviour is chosen by the (served) model name the gateway forwards, so one server can play
+every replica of a test policy:
+
+- ``echo``          a normal chat / completion / embedding response (and SSE stream)
+- ``fail-500``      HTTP 500
+- ``reject-400``    an OpenAI-shaped 400
+- ``hang``          accepts and never answers
+- ``bad-json``      200 with a body that is not JSON
+- ``malformed-sse`` a stream whose second event is not JSON
+- ``cut-stream``    a stream that stops (connection closed) after two events
+- ``slow-stream``   a stream with one event per 50 ms, 200 events (for disconnect tests)
+
+Every request's JSON body is recorded in ``requests``; streams the client abandoned are counted
+in ``num_streams_cancelled`` with the time the upstream noticed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+from aiohttp import web
+
+from tests.support.redis_server import free_port
+
+
+def _chat_body(model: str, content: str, usage: tuple[int, int]) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 1,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": usage[0],
+            "completion_tokens": usage[1],
+            "total_tokens": usage[0] + usage[1],
+        },
+    }
+
+
+def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    body = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+    }
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _usage_chunk(model: str, usage: tuple[int, int]) -> bytes:
+    body = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": model,
+        "choices": [],
+        "usage": {
+            "prompt_tokens": usage[0],
+            "completion_tokens": usage[1],
+            "total_tokens": usage[0] + usage[1],
+        },
+    }
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+class FakeUpstream:
+    """Runs an aiohttp server in its own thread and event loop."""
+
+    WORDS = ("Hello", " from", " the", " fake", " upstream", ".")
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.num_streams_cancelled = 0
+        self.cancelled_at: list[float] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_get("/health", self._health)
+        return app
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _common(self, request: web.Request) -> tuple[dict[str, Any], str, web.Response | None]:
+        body = await request.json()
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        model = body.get("model", "")
+        if model == "fail-500":
+            return body, model, web.Response(status=500, text="internal kaboom")
+        if model == "reject-400":
+            return (
+                body,
+                model,
+                web.json_response(
+                    {
+                        "error": {
+                            "message": "bad thing",
+                            "type": "invalid_request_error",
+                            "param": "x",
+                            "code": "bad",
+                        }
+                    },
+                    status=400,
+                ),
+            )
+        if model == "hang":
+            await asyncio.sleep(3600)
+        if model == "bad-json":
+            return (
+                body,
+                model,
+                web.Response(status=200, text="<html>not json</html>", content_type="application/json"),
+            )
+        return body, model, None
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body, model, early = await self._common(request)
+        if early is not None:
+            return early
+        if not body.get("stream"):
+            return web.json_response(_chat_body(model, "".join(self.WORDS), (11, len(self.WORDS))))
+        return await self._stream(request, body, model)
+
+    async def _stream(self, request: web.Request, body: dict[str, Any], model: str) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        try:
+            if model == "slow-stream":
+                for i in range(200):
+                    await response.write(_chunk(model, {"content": f"t{i} "}))
+                    await asyncio.sleep(0.05)
+            await response.write(_chunk(model, {"role": "assistant", "content": ""}))
+            for i, word in enumerate(self.WORDS):
+                if model == "malformed-sse" and i == 1:
+                    await response.write(b"data: {this is not json\n\n")
+                    continue
+                if model == "cut-stream" and i == 2:
+                    assert request.transport is not None
+                    request.transport.close()
+                    return response
+                await response.write(_chunk(model, {"content": word}))
+            await response.write(_chunk(model, {}, "stop"))
+            if include_usage:
+                await response.write(_usage_chunk(model, (11, len(self.WORDS))))
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.num_streams_cancelled += 1
+            self.cancelled_at.append(time.monotonic())
+            raise
+        return response
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body, model, early = await self._common(request)
+        if early is not None:
+            return early
+        usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+        if not body.get("stream"):
+            return web.json_response(
+                {
+                    "id": "cmpl-fake",
+                    "object": "text_completion",
+                    "created": 1,
+                    "model": model,
+                    "choices": [{"index": 0, "text": " done.", "finish_reason": "stop", "logprobs": None}],
+                    "usage": usage,
+                }
+            )
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for text, finish in ((" do", None), ("ne.", "stop")):
+            chunk = {
+                "id": "cmpl-fake",
+                "object": "text_completion",
+                "created": 1,
+                "model": model,
+                "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}],
+            }
+            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        body, model, early = await self._common(request)
+        if early is not None:
+            return early
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = [{"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3]} for i in range(len(inputs))]
+        return web.json_response(
+            {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": 4, "total_tokens": 4}}
+        )
+
+    def start(self) -> FakeUpstream:
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            self._runner = web.AppRunner(self._app(), handle_signals=False)
+            loop.run_until_complete(self._runner.setup())
+            site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+            loop.run_until_complete(site.start())
+            self._started.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        self._started.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)

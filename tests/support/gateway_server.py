@@ -1,0 +1,93 @@
+"""A real gateway on a loopback port, run by uvicorn in a background thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+import yaml
+
+from gateway.app import create_app
+from gateway.settings import Settings
+from tests.support.redis_server import free_port
+
+
+def write_policy(path: Path, document: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def fake_policy(base_url: str, **extra: Any) -> dict[str, Any]:
+    """A policy whose pools play the fake upstream's behaviours (see fake_upstream.py)."""
+
+    def pool(model: str) -> dict[str, Any]:
+        return {"replicas": [{"base_url": base_url, "model": model}]}
+
+    document: dict[str, Any] = {
+        "version": 1,
+        "timeouts": {"connect_s": 1, "first_byte_s": 2, "idle_s": 1, "total_s": 5},
+        "pools": {
+            "small": pool("echo"),
+            "fail": pool("fail-500"),
+            "reject": pool("reject-400"),
+            "hang": pool("hang"),
+            "badjson": pool("bad-json"),
+            "malformed": pool("malformed-sse"),
+            "cut": pool("cut-stream"),
+            "slow": pool("slow-stream"),
+            "down": {"replicas": [{"base_url": "http://127.0.0.1:9/v1", "model": "echo"}]},
+        },
+        "aliases": {"gpt-4o-mini": "small"},
+    }
+    document.update(extra)
+    return document
+
+
+class GatewayServer:
+    """Starts ``create_app(settings)`` under uvicorn (uvloop + httptools) in a thread."""
+
+    def __init__(self, policy_path: Path, **app_kwargs: Any) -> None:
+        self.port = free_port()
+        self.settings = Settings(
+            policy_path=str(policy_path),
+            policy_overlay=str(policy_path) + ".overlay",
+            port=self.port,
+            reload_interval_s=0.1,
+        )
+        self.app = create_app(self.settings, **app_kwargs)
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            loop="uvloop",
+            http="httptools",
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def gateway(self) -> Any:
+        return self.app.state.gateway
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> GatewayServer:
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("gateway did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -19,39 +21,62 @@ from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
 from gateway.errors import (
+    AuthenticationFailed,
     BodyTooLarge,
     GatewayError,
     InvalidRequest,
     MethodNotAllowed,
     ModelNotFound,
     NotFound,
+    PermissionDenied,
+    ServiceUnavailable,
     render,
     status_of,
 )
 from gateway.pipeline import BytesResult, Call, Endpoint, Pipeline, StreamResult
-from gateway.policy import Policy
+from gateway.policy import ApiKey, Policy
 from gateway.reloader import PolicyReloader
 from gateway.routing.balancer import Balancer
 from gateway.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse_body
 from gateway.settings import Settings
+from gateway.stages.auth import Authenticate, KeyIndexCache, bearer_token
+from gateway.stages.limits import EnforceLimits, month_of
 from gateway.stages.pick import PickReplica
 from gateway.stages.resolve import ResolveModel
 from gateway.stages.upstream import CallUpstream
+from gateway.stores import FailoverStore, MemoryStore, RedisStore, Store, StoreUnavailable
 from gateway.telemetry import Metrics
 from gateway.upstream_client import AiohttpUpstreamClient, UpstreamClient
 
 logger = logging.getLogger("switchyard.gateway")
 _encode = msgspec.json.encode
+_MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
 
 def build_pipeline(gateway: Gateway) -> Pipeline:
     """The stages every request runs through, in order."""
     return Pipeline(
         [
-            ResolveModel(),
-            PickReplica(gateway.balancer),
-            CallUpstream(gateway.client, gateway.balancer),
+            Authenticate(gateway.keys),  # who is calling (401)
+            ResolveModel(gateway.keys),  # model -> pool, and may this key use it (404)
+            EnforceLimits(gateway.store, on_reject=gateway.count_rejection),  # 429 / 503
+            PickReplica(gateway.balancer),  # which replica of the pool (503)
+            CallUpstream(gateway.client, gateway.balancer),  # call it, relay the answer
         ]
+    )
+
+
+def build_store(policy: Policy, *, on_fallback: Callable[[str], None] | None = None) -> Store:
+    """The policy's store: Redis (with a local fallback or fail-closed) when a URL is set, else memory."""
+    config = policy.store
+    url = os.environ.get(config.url_env) if config.url_env else None
+    if not url:
+        return MemoryStore()
+    return FailoverStore(
+        RedisStore(url, timeout_s=config.timeout_s),
+        MemoryStore(),
+        mode=config.on_failure,
+        on_fallback=on_fallback,
     )
 
 
@@ -59,12 +84,20 @@ class Gateway:
     """The gateway's runtime: the serving policy, replica state, upstream client and metrics."""
 
     def __init__(
-        self, settings: Settings, *, client: UpstreamClient, reloader: PolicyReloader, metrics: Metrics
+        self,
+        settings: Settings,
+        *,
+        client: UpstreamClient,
+        reloader: PolicyReloader,
+        metrics: Metrics,
+        store: Store | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
         self.reloader = reloader
         self.metrics = metrics
+        self.store = store or build_store(reloader.policy, on_fallback=self._count_fallback)
+        self.keys = KeyIndexCache()
         self.balancer = Balancer()
         self.reloader.subscribe(self.balancer.update)
         self.reloader.subscribe(self._count_reload)
@@ -79,6 +112,23 @@ class Gateway:
 
     def _count_reload(self, policy: Policy) -> None:
         self.metrics.policy_reloads.labels("adopted").inc()
+
+    def _count_fallback(self, reason: str) -> None:
+        self.metrics.store_fallbacks.labels(reason).inc()
+
+    def count_rejection(self, reason: str) -> None:
+        self.metrics.rate_limited.labels(reason).inc()
+
+    def authenticate(self, request: Request[Any, Any, Any]) -> ApiKey | None:
+        """The caller's key for the non-pipeline endpoints (models, usage)."""
+        policy = self.reloader.policy
+        token = bearer_token(request.headers.get("authorization"))
+        key = self.keys.get(policy).lookup(token) if token is not None else None
+        if key is None and policy.auth.required:
+            raise AuthenticationFailed(
+                "Incorrect API key provided." if token else "You didn't provide an API key."
+            )
+        return key
 
     def _request_id(self, request: Request[Any, Any, Any]) -> str:
         given = request.headers.get("x-request-id")
@@ -173,8 +223,12 @@ class Gateway:
             headers={"x-request-id": request_id, **headers},
         )
 
-    def models_body(self) -> bytes:
+    def models_body(self, key: ApiKey | None) -> bytes:
         policy = self.reloader.policy
+        if key is not None and (key.pools or key.models):
+            index = self.keys.get(policy)
+            names = [m for m in policy.model_names() if index.may_use(key, m, policy.pool_for_model(m) or "")]
+            return _encode({"object": "list", "data": [_model_card(name) for name in names]})
         if self._models_cache is None or self._models_cache[0] is not policy:
             data = [_model_card(name) for name in policy.model_names()]
             self._models_cache = (policy, _encode({"object": "list", "data": data}))
@@ -222,6 +276,7 @@ def create_app(
     client: UpstreamClient | None = None,
     reloader: PolicyReloader | None = None,
     metrics: Metrics | None = None,
+    store: Store | None = None,
 ) -> Litestar:
     """Build the gateway app. Everything not given is built from ``settings``."""
     settings = settings or Settings.from_env()
@@ -229,7 +284,7 @@ def create_app(
         settings.policy_path, overlay=settings.overlay_path, poll_interval_s=settings.reload_interval_s
     )
     client = client or AiohttpUpstreamClient(max_connections=settings.max_upstream_connections)
-    gateway = Gateway(settings, client=client, reloader=reloader, metrics=metrics or Metrics())
+    gateway = Gateway(settings, client=client, reloader=reloader, metrics=metrics or Metrics(), store=store)
 
     @post("/v1/chat/completions", status_code=200)
     async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -244,15 +299,49 @@ def create_app(
         return await gateway.handle(Endpoint.EMBEDDINGS, request)
 
     @get("/v1/models")
-    async def list_models() -> Response[bytes]:
-        return Response(content=gateway.models_body(), media_type=MediaType.JSON)
+    async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
+        try:
+            key = gateway.authenticate(request)
+        except GatewayError as error:
+            return gateway._error_response(error, "-")
+        return Response(content=gateway.models_body(key), media_type=MediaType.JSON)
 
     @get("/v1/models/{model_id:path}")
-    async def retrieve_model(model_id: str) -> Response[bytes]:
+    async def retrieve_model(request: Request[Any, Any, Any], model_id: str) -> Response[bytes]:
         model_id = model_id.lstrip("/")
-        if gateway.policy.pool_for_model(model_id) is None:
-            return gateway._error_response(ModelNotFound.for_model(model_id), "-")
+        try:
+            key = gateway.authenticate(request)
+            pool = gateway.policy.pool_for_model(model_id)
+            if pool is None or (
+                key is not None and not gateway.keys.get(gateway.policy).may_use(key, model_id, pool)
+            ):
+                raise ModelNotFound.for_model(model_id)
+        except GatewayError as error:
+            return gateway._error_response(error, "-")
         return Response(content=_encode(_model_card(model_id)), media_type=MediaType.JSON)
+
+    @get("/v1/usage")
+    async def usage(request: Request[Any, Any, Any]) -> Response[bytes]:
+        """Spend and tokens per tenant, key and pool for a month (``?month=2026-11``); admin keys only."""
+        try:
+            key = gateway.authenticate(request)
+            if key is None or not key.admin:
+                raise PermissionDenied("Reading usage needs an admin key.", code="admin_key_required")
+            month = request.query_params.get("month") or month_of(time.time())
+            if not _MONTH.match(month):
+                raise InvalidRequest("month: expected YYYY-MM.", param="month")
+            tenant = request.query_params.get("tenant")
+            report = await gateway.store.usage(month, tenant)
+        except StoreUnavailable:
+            return gateway._error_response(
+                ServiceUnavailable(
+                    "Usage store unavailable.", code="store_unavailable", headers={"Retry-After": "1"}
+                ),
+                "-",
+            )
+        except GatewayError as error:
+            return gateway._error_response(error, "-")
+        return Response(content=_encode(report), media_type=MediaType.JSON)
 
     @get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -260,7 +349,11 @@ def create_app(
 
     @get("/readyz")
     async def readyz() -> Response[bytes]:
-        checks = {"policy": True, "store": True, "replica": gateway.balancer.has_healthy()}
+        checks = {
+            "policy": True,
+            "store": await gateway.store.ping(),
+            "replica": gateway.balancer.has_healthy(),
+        }
         ready = all(checks.values())
         return Response(
             content=_encode({"status": "ready" if ready else "not ready", "checks": checks}),
@@ -280,6 +373,7 @@ def create_app(
     async def on_shutdown() -> None:
         await reloader.stop()
         await client.close()
+        await gateway.store.close()
 
     app = Litestar(
         route_handlers=[
@@ -287,6 +381,7 @@ def create_app(
             completions,
             embeddings,
             list_models,
+            usage,
             retrieve_model,
             healthz,
             readyz,

@@ -17,8 +17,12 @@ import threading
 import time
 import urllib.request
 from collections.abc import Sequence
+from pathlib import Path
 from urllib.parse import urlsplit
 
+import yaml
+
+from gateway.keys import hash_key, key_stanza, new_key
 from gateway.policy import PolicyError, load_policy
 from gateway.settings import Settings
 
@@ -114,8 +118,43 @@ def _local_engine_targets(settings: Settings) -> list[tuple[str, int]]:
     return sorted(set(targets))
 
 
+def ensure_dev_key(overlay: str, key_file: str = ".local/dev-key") -> str:
+    """The development key ``make run`` prints: made on first run, its hash put in the overlay.
+
+    The key's text stays in a git-ignored file readable only by you; the overlay (also git-ignored)
+    holds only its hash.
+    """
+    path = Path(key_file)
+    if path.exists():
+        key = path.read_text().strip()
+    else:
+        key = new_key()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(key + "\n")
+    digest = hash_key(key)
+    overlay_path = Path(overlay)
+    document = (yaml.safe_load(overlay_path.read_text()) if overlay_path.exists() else None) or {}
+    keys = document.setdefault("keys", [])
+    if not any(isinstance(k, dict) and k.get("sha256") == digest for k in keys):
+        keys.append({"sha256": digest, "tenant": "dev", "name": "dev", "admin": True})
+        header = "# Written by `make run`: local settings, git-ignored. Holds only key hashes.\n"
+        overlay_path.write_text(header + yaml.safe_dump(document, sort_keys=False))
+    return key
+
+
+def keys_new(tenant: str, name: str | None, admin: bool) -> int:
+    key = new_key()
+    print(f"API key (shown once, store it now): {key}\n")
+    print("Add under `keys:` in your policy:")
+    stanza = key_stanza(key, tenant, name)
+    print(stanza + ("    admin: true\n" if admin else ""), end="")
+    return 0
+
+
 def run_local(settings: Settings, engine_model: str, *, start_engine: bool) -> int:
     """``make run``: start the reference engine the default policy points at, then the gateway."""
+    dev_key = ensure_dev_key(settings.overlay_path)
     engine: subprocess.Popen[bytes] | None = None
     targets = _local_engine_targets(settings) if start_engine else []
     if targets:
@@ -139,7 +178,7 @@ def run_local(settings: Settings, engine_model: str, *, start_engine: bool) -> i
             engine.terminate()
             return 1
     try:
-        return serve(settings, api_key=os.environ.get("SWITCHYARD_DEV_KEY", "sk-switchyard-dev"))
+        return serve(settings, api_key=dev_key)
     finally:
         if engine is not None:
             engine.send_signal(signal.SIGTERM)
@@ -185,6 +224,11 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("policy", help="policy tools").add_subparsers(dest="policy_command", required=True)
     check_p = check.add_parser("check", help="validate policy files without serving")
     check_p.add_argument("files", nargs="+")
+    keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
+    keys_new_p = keys.add_parser("new", help="print a fresh key once, plus the policy stanza with its hash")
+    keys_new_p.add_argument("--tenant", required=True)
+    keys_new_p.add_argument("--name")
+    keys_new_p.add_argument("--admin", action="store_true", help="may read /v1/usage")
     return parser
 
 
@@ -192,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "policy":
         return policy_check(args.files)
+    if args.command == "keys":
+        return keys_new(args.tenant, args.name, args.admin)
     settings = Settings.from_env(
         policy_path=args.policy,
         policy_overlay=args.overlay,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gateway.errors import GatewayError
 
 if TYPE_CHECKING:
-    from gateway.policy import Policy
+    from gateway.policy import ApiKey, Policy
     from gateway.routing.balancer import ReplicaState
 
 logger = logging.getLogger("switchyard.pipeline")
@@ -94,6 +94,13 @@ class Call:
     """The model name the client asked for (responses report this name)."""
     is_stream: bool = False
     include_usage: bool = False
+    key: ApiKey | None = None
+    """The caller's key (None when the policy lets anonymous calls through)."""
+    tenant: str = "anonymous"
+    num_prompt_tokens: int | None = None
+    """Prompt tokens as the gateway counted them (tiktoken), when a stage needed them."""
+    num_events: int = 0
+    """Stream events relayed to the client (an output-token estimate when usage never came)."""
     """Whether the client asked for the usage chunk of a stream."""
     started_at: float = field(default_factory=time.perf_counter)
     pool: str | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import msgspec
@@ -61,6 +61,16 @@ class Replica(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return parts.netloc
 
 
+class Price(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What a pool's tokens cost, in US dollars per 1,000 tokens."""
+
+    input_per_1k: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    output_per_1k: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+
+    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input_per_1k + output_tokens * self.output_per_1k) / 1000.0
+
+
 class Pool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A set of replicas serving one model size (small / medium / large, or any name)."""
 
@@ -68,7 +78,84 @@ class Pool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The servers; at least one."""
     timeouts: Timeouts | None = None
     """Overrides the policy-wide timeouts for this pool."""
+    price: Price = Price()
+    """Token prices, for budgets and the usage ledger."""
     description: str = ""
+
+
+Count = Annotated[int, msgspec.Meta(ge=0)]
+Sha256Hex = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+
+
+class RateLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Limits of one scope; absent means unlimited."""
+
+    requests_per_minute: Count | None = None
+    """Requests admitted in any 60-second window."""
+    tokens_per_minute: Count | None = None
+    """Prompt tokens + max_tokens reserved up front, settled to real usage, in any 60-second window."""
+    max_concurrent: Count | None = None
+    """Requests in flight at once."""
+
+
+class Budget(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A monthly spend cap (UTC calendar month)."""
+
+    monthly_usd: Annotated[float, msgspec.Meta(ge=0)]
+
+
+class ApiKey(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A client API key, by the SHA-256 of its text (never the key itself)."""
+
+    sha256: Sha256Hex
+    """Lower-case hex SHA-256 of the key (``switchyard keys new`` prints it)."""
+    tenant: Name
+    """Who the key belongs to; limits, budgets and cache scopes are per tenant."""
+    name: Name | None = None
+    """A label for usage reports and logs; defaults to the first 12 hex digits of the hash."""
+    pools: tuple[str, ...] = ()
+    """Pools this key may use (empty: all)."""
+    models: tuple[str, ...] = ()
+    """Further model names (aliases) this key may use, besides those of its pools."""
+    limits: RateLimits | None = None
+    budget: Budget | None = None
+    admin: bool = False
+    """May read ``GET /v1/usage``."""
+
+    @property
+    def key_id(self) -> str:
+        return self.name or self.sha256[:12]
+
+
+class Tenant(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Limits shared by all keys of a tenant, overall and per pool."""
+
+    limits: RateLimits | None = None
+    budget: Budget | None = None
+    pools: dict[Name, RateLimits] = msgspec.field(default_factory=dict)
+    """Per-pool limits for this tenant (``large: {requests_per_minute: 60}``)."""
+
+
+class Auth(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Who may call."""
+
+    required: bool = True
+    """When false, requests with no key or an unknown one run as the anonymous tenant (the SDK always
+    sends some key); known keys still get their own tenant, limits and budget."""
+    anonymous_tenant: Name = "anonymous"
+
+
+class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Where limits, leases and the usage ledger live. Read at start-up (a change needs a restart)."""
+
+    url_env: str | None = "SWITCHYARD_REDIS_URL"
+    """Environment variable holding a ``redis://`` URL; unset or empty: the in-process store."""
+    on_failure: Literal["fail_open", "fail_closed"] = "fail_open"
+    """When Redis fails: fall back to a local limiter, or answer 503."""
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=5)] = 0.25
+    """No request waits longer than this on the store."""
+    default_reserve_tokens: Count = 256
+    """Output tokens reserved when a request gives no ``max_tokens``."""
 
 
 class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -88,6 +175,11 @@ class Policy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Model names clients use -> pool name (``gpt-4o-mini: small``)."""
     timeouts: Timeouts = Timeouts()
     limits: Limits = Limits()
+    auth: Auth = Auth()
+    keys: tuple[ApiKey, ...] = ()
+    """Client API keys, by hash."""
+    tenants: dict[Name, Tenant] = msgspec.field(default_factory=dict)
+    store: StoreConfig = StoreConfig()
     source: str = ""
     """The file this policy came from (filled by the loader)."""
 
@@ -136,6 +228,24 @@ def _check(policy: Policy) -> list[str]:
             problems.append(
                 f"aliases.{alias}: expected one of the pools ({', '.join(policy.pools)}), got {target!r}"
             )
+    seen: dict[str, int] = {}
+    for i, key in enumerate(policy.keys):
+        if key.sha256 in seen:
+            problems.append(f"keys[{i}].sha256: duplicate of keys[{seen[key.sha256]}] (one hash, one key)")
+        seen.setdefault(key.sha256, i)
+        for pool_name in key.pools:
+            if pool_name not in policy.pools:
+                problems.append(f"keys[{i}].pools: unknown pool {pool_name!r}")
+        for model in key.models:
+            if policy.pool_for_model(model) is None:
+                problems.append(f"keys[{i}].models: unknown model {model!r}")
+    names = [k.key_id for k in policy.keys]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"keys: duplicate key name {name!r}")
+    for tenant_name, tenant in policy.tenants.items():
+        for pool_name in tenant.pools:
+            if pool_name not in policy.pools:
+                problems.append(f"tenants.{tenant_name}.pools.{pool_name}: unknown pool")
     return problems
 
 
@@ -144,7 +254,10 @@ def merge(base: Any, overlay: Any) -> Any:
     if isinstance(base, Mapping) and isinstance(overlay, Mapping):
         merged = dict(base)
         for key, value in overlay.items():
-            merged[key] = merge(base[key], value) if key in base else value
+            if key == "keys" and isinstance(base.get(key), list) and isinstance(value, list):
+                merged[key] = [*base[key], *value]  # an overlay adds keys, never hides the committed ones
+            else:
+                merged[key] = merge(base[key], value) if key in base else value
         return merged
     return overlay
 

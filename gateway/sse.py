@@ -77,6 +77,9 @@ class SSERelay:
         self.finish_reasons: list[str] = []
         self.is_done = False
         self.error: bytes | None = None
+        """An error event the upstream itself sent."""
+        self.failure: UpstreamProtocolError | None = None
+        """Set when the upstream broke the protocol; the events before it were still returned."""
         self.num_events = 0
         self._buffer = b""
 
@@ -91,11 +94,15 @@ class SSERelay:
             return b""
         self._buffer = data[end + 2 :]
         complete = data[: end + 2]
-        if self.is_done:
+        if self.is_done or self.failure is not None:
             return b""
         out = []
         for event in complete.split(b"\n\n")[:-1]:
-            kept = self._event(event)
+            try:
+                kept = self._event(event)
+            except UpstreamProtocolError as e:
+                self.failure = e  # pass on what came before it; the caller ends the stream
+                break
             if kept is not None:
                 out.append(kept)
                 if self.is_done:

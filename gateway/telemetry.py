@@ -66,6 +66,18 @@ class Metrics:
             ("pool", "replica"),
             registry=r,
         )
+        self.rate_limited = Counter(
+            "switchyard_rate_limited",
+            "Requests refused by limits, by reason.",
+            ("reason",),
+            registry=r,
+        )
+        self.store_fallbacks = Counter(
+            "switchyard_store_fallbacks",
+            "Store operations answered by the local fallback because Redis failed.",
+            ("reason",),
+            registry=r,
+        )
         self.policy_reloads = Counter(
             "switchyard_policy_reloads",
             "Policy reload attempts by result.",

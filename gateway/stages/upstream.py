@@ -135,6 +135,8 @@ class CallUpstream:
             out = relay.feed(chunk)
             if out:
                 return out
+            if relay.failure is not None:
+                raise relay.failure
         raise UpstreamProtocolError("upstream closed the stream before sending an event")
 
 
@@ -152,11 +154,15 @@ async def _relay(
     error: GatewayError | None = None
     try:
         yield first
+        if relay.failure is not None:
+            raise relay.failure
         if not relay.is_done:
             async for chunk in chunks:
                 out = relay.feed(chunk)
                 if out:
                     yield out
+                if relay.failure is not None:
+                    raise relay.failure
                 if relay.is_done:
                     break
         if not relay.is_done:
@@ -174,5 +180,6 @@ async def _relay(
             response.close()
         call.usage = relay.usage
         call.finish_reasons = relay.finish_reasons
+        call.num_events = relay.num_events
         with anyio.CancelScope(shield=True):  # finishers settle accounts even when cancelled
             await call.finish(error)

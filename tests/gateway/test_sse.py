@@ -36,10 +36,11 @@ def test_crlf_comments_and_finish_reasons() -> None:
 
 
 @pytest.mark.parametrize("event", [b"data: {nope\n\n", b"garbage line\n\n", b"data: [1, 2]\n\n"])
-def test_malformed_events_raise(event: bytes) -> None:
+def test_malformed_events_stop_the_relay_after_the_good_ones(event: bytes) -> None:
     relay = SSERelay((), drop_usage_chunk=False)
-    with pytest.raises(UpstreamProtocolError):
-        relay.feed(event)
+    assert relay.feed(CHUNK + event + CHUNK) == CHUNK
+    assert isinstance(relay.failure, UpstreamProtocolError)
+    assert relay.feed(CHUNK) == b""
 
 
 def test_body_usage() -> None:

@@ -41,6 +41,8 @@ def fake_policy(base_url: str, **extra: Any) -> dict[str, Any]:
             "down": {"replicas": [{"base_url": "http://127.0.0.1:9/v1", "model": "echo"}]},
         },
         "aliases": {"gpt-4o-mini": "small"},
+        "auth": {"required": False},
+        "store": {"url_env": None},
     }
     document.update(extra)
     return document

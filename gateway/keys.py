@@ -1,0 +1,59 @@
+"""API keys: made here once, stored in policies only as SHA-256 hashes, looked up per request.
+
+A key's text never reaches logs, metric labels or traces: everything downstream of the auth stage
+sees the key's id (its name, or the first 12 hex digits of its hash) and its tenant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from gateway.policy import ApiKey, Policy
+
+KEY_PREFIX = "sk-sy-"
+MAX_KEY_LENGTH = 256
+"""Longer bearer tokens are refused before hashing (absurd lengths cost CPU, never a valid key)."""
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key() -> str:
+    """A fresh key: ``sk-sy-`` and 43 URL-safe characters (256 random bits)."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def key_stanza(key: str, tenant: str, name: str | None = None) -> str:
+    """The YAML to paste under ``keys:`` for ``key`` (its hash only)."""
+    lines = [f"  - sha256: {hash_key(key)}", f"    tenant: {tenant}"]
+    if name:
+        lines.append(f"    name: {name}")
+    return "\n".join(lines) + "\n"
+
+
+class KeyIndex:
+    """The policy's keys by hash, with the pools and models each may use."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.by_hash: dict[str, ApiKey] = {key.sha256: key for key in policy.keys}
+        self._allowed: dict[str, frozenset[str] | None] = {}
+        for key in policy.keys:
+            if not key.pools and not key.models:
+                self._allowed[key.sha256] = None  # every pool
+            else:
+                pools = set(key.pools)
+                pools.update(p for m in key.models if (p := policy.pool_for_model(m)) is not None)
+                self._allowed[key.sha256] = frozenset(pools)
+        self._models: dict[str, frozenset[str]] = {key.sha256: frozenset(key.models) for key in policy.keys}
+
+    def lookup(self, key: str) -> ApiKey | None:
+        return self.by_hash.get(hash_key(key))
+
+    def may_use(self, key: ApiKey, model: str, pool: str) -> bool:
+        """Whether ``key`` may call ``model`` (served by ``pool``)."""
+        allowed = self._allowed.get(key.sha256)
+        if allowed is None:
+            return True
+        return pool in key.pools or model in self._models[key.sha256]

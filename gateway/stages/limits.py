@@ -1,0 +1,215 @@
+"""Stage: rate limits, concurrency and budgets, checked in one store round trip.
+
+For the call's key, its tenant, and the tenant's limits on the resolved pool, the store admits or
+denies everything at once (requests per minute, tokens per minute, concurrent requests, monthly
+budgets). Tokens are reserved up front (prompt tokens counted with tiktoken plus ``max_tokens``) and
+settled to the upstream's reported usage when the response ends, however it ends. Every response
+carries OpenAI's ``x-ratelimit-*`` headers; a denial is a 429 with ``Retry-After`` (code
+``insufficient_quota`` for budgets), a store that cannot answer under ``fail_closed`` a 503.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gateway.errors import GatewayError, RateLimited, ServiceUnavailable
+from gateway.pipeline import Call, Endpoint, Usage
+from gateway.policy import Policy, RateLimits
+from gateway.stores import (
+    Admission,
+    BudgetRule,
+    LimitRule,
+    Settlement,
+    Store,
+    StoreUnavailable,
+    openai_ratelimit_headers,
+)
+from gateway.tokens import TokenCounter
+
+logger = logging.getLogger("switchyard.limits")
+
+Rules = tuple[tuple[LimitRule, ...], tuple[BudgetRule, ...]]
+
+
+def _rule(scope: str, limits: RateLimits | None) -> LimitRule | None:
+    if limits is None or (
+        limits.requests_per_minute is None
+        and limits.tokens_per_minute is None
+        and limits.max_concurrent is None
+    ):
+        return None
+    return LimitRule(scope, limits.requests_per_minute, limits.tokens_per_minute, limits.max_concurrent)
+
+
+def rules_for(policy: Policy, call: Call) -> Rules:
+    """The limit and budget rules that apply to this call's key, tenant and pool."""
+    rules: list[LimitRule] = []
+    budgets: list[BudgetRule] = []
+    key = call.key
+    if key is not None:
+        if (rule := _rule(f"key:{key.key_id}", key.limits)) is not None:
+            rules.append(rule)
+        if key.budget is not None:
+            budgets.append(BudgetRule(f"key:{key.key_id}", key.budget.monthly_usd))
+    tenant = policy.tenants.get(call.tenant)
+    if tenant is not None:
+        if (rule := _rule("tenant", tenant.limits)) is not None:
+            rules.append(rule)
+        if call.pool is not None and (rule := _rule(f"pool:{call.pool}", tenant.pools.get(call.pool))):
+            rules.append(rule)
+        if tenant.budget is not None:
+            budgets.append(BudgetRule("tenant", tenant.budget.monthly_usd))
+    return tuple(rules), tuple(budgets)
+
+
+def month_of(now_s: float) -> str:
+    return time.strftime("%Y-%m", time.gmtime(now_s))
+
+
+class EnforceLimits:
+    """Admits the call against the store and registers its settlement."""
+
+    name = "limits"
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_reject: Callable[[str], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.on_reject = on_reject
+        self._rules_cache: dict[tuple[int, str | None, str, str | None], Rules] = {}
+        self._rules_policy: Policy | None = None
+
+    def _rules(self, call: Call) -> Rules:
+        if self._rules_policy is not call.policy:
+            self._rules_cache.clear()
+            self._rules_policy = call.policy
+        cache_key = (id(call.policy), call.key.sha256 if call.key else None, call.tenant, call.pool)
+        rules = self._rules_cache.get(cache_key)
+        if rules is None:
+            rules = self._rules_cache[cache_key] = rules_for(call.policy, call)
+        return rules
+
+    async def __call__(self, call: Call) -> None:
+        rules, budgets = self._rules(call)
+        if not rules and not budgets:
+            return
+        reserve = 0
+        if any(rule.tokens_per_minute is not None for rule in rules):
+            reserve = prompt_tokens(call) + max_output_tokens(call)
+        now = self.clock()
+        month = month_of(now)
+        admission = Admission(
+            tenant=call.tenant,
+            request_id=call.request_id,
+            rules=rules,
+            budgets=budgets,
+            reserve_tokens=reserve,
+            now_s=now,
+            lease_ttl_s=call.policy.timeouts.total_s + 60.0,
+            month=month,
+        )
+        try:
+            decision = await self.store.admit(admission)
+        except StoreUnavailable as e:
+            raise ServiceUnavailable(
+                "Rate-limit store unavailable; try again shortly.",
+                code="store_unavailable",
+                headers={"Retry-After": str(max(1, round(e.retry_after_s)))},
+            ) from None
+        headers = openai_ratelimit_headers(decision)
+        if not decision.allowed:
+            if self.on_reject is not None:
+                self.on_reject(decision.reason or "unknown")
+            raise _denial(decision.reason, decision.scope, decision.exceeds_limit, headers)
+        call.response_headers.update(headers)
+        call.on_finish(self._settler(admission))
+
+    def _settler(self, admission: Admission) -> Callable[[Call, GatewayError | None], Any]:
+        async def settle(call: Call, error: GatewayError | None) -> None:
+            usage = call.usage or estimated_usage(call)
+            pool = call.pool or "-"
+            price = call.policy.pools[pool].price if pool in call.policy.pools else None
+            cost = price.cost_usd(usage.input_tokens, usage.output_tokens) if price else 0.0
+            settlement = Settlement(
+                tenant=admission.tenant,
+                request_id=admission.request_id,
+                rules=admission.rules,
+                budgets=admission.budgets,
+                reserved_tokens=admission.reserve_tokens,
+                reserved_at_s=admission.now_s,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cost_usd=cost,
+                pool=pool,
+                key_id=call.key.key_id if call.key else "-",
+                month=admission.month,
+                now_s=self.clock(),
+            )
+            try:
+                await self.store.settle(settlement)
+            except StoreUnavailable:
+                logger.warning("could not settle request %s: store unavailable", call.request_id)
+
+        return settle
+
+
+def _denial(reason: str | None, scope: str | None, exceeds: bool, headers: dict[str, str]) -> RateLimited:
+    what = {
+        "requests": "requests per minute",
+        "tokens": "tokens per minute",
+        "concurrency": "concurrent requests",
+    }.get(reason or "", "requests")
+    where = f" ({scope})" if scope else ""
+    if reason == "budget":
+        return RateLimited(
+            f"You exceeded your current quota{where}: the monthly budget is spent.",
+            code="insufficient_quota",
+            headers=headers,
+        )
+    if exceeds:
+        return RateLimited(
+            f"Request too large for the {what} limit{where}: lower max_tokens or the prompt.",
+            code="rate_limit_exceeded",
+            headers=headers,
+        )
+    return RateLimited(f"Rate limit reached for {what}{where}. Please try again later.", headers=headers)
+
+
+def prompt_tokens(call: Call) -> int:
+    """Prompt tokens as tiktoken counts them (cached on the call)."""
+    if call.num_prompt_tokens is None:
+        counter = TokenCounter.for_model(call.model)
+        body = call.body
+        if call.endpoint is Endpoint.CHAT:
+            call.num_prompt_tokens = counter.count_chat(body.get("messages") or [], body.get("tools"))
+        elif call.endpoint is Endpoint.COMPLETIONS:
+            call.num_prompt_tokens = counter.count_prompt(body.get("prompt") or "")
+        else:
+            call.num_prompt_tokens = counter.count_prompt(body.get("input") or "")
+    return call.num_prompt_tokens
+
+
+def max_output_tokens(call: Call) -> int:
+    if call.endpoint is Endpoint.EMBEDDINGS:
+        return 0
+    body = call.body
+    limit = body.get("max_completion_tokens") or body.get("max_tokens")
+    if not isinstance(limit, int):
+        limit = call.policy.store.default_reserve_tokens
+    n = body.get("n")
+    return limit * (n if isinstance(n, int) and n > 0 else 1)
+
+
+def estimated_usage(call: Call) -> Usage:
+    """When the upstream never reported usage (a cut stream, a client gone): our best count."""
+    if call.result is None:
+        return Usage(0, 0)  # never reached the upstream: nothing was used
+    return Usage(prompt_tokens(call), call.num_events)

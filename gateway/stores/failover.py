@@ -1,0 +1,163 @@
+"""FailoverStore: what happens to rate limiting while Redis is down.
+
+A small circuit breaker around the primary store. While the primary answers, every call goes to it.
+When it raises ``StoreUnavailable`` the circuit opens for ``retry_interval_s``: during that time no
+call waits on the primary again (so an outage costs one store timeout, not one per request), and
+
+- ``fail_open``: calls go to the in-process fallback (limits then hold per process, not across
+  replicas); ``on_fallback(operation)`` is called each time, for a metric; one warning is logged per
+  outage on the ``switchyard.stores`` logger;
+- ``fail_closed``: calls raise ``StoreUnavailable`` with ``retry_after_s`` set (the gateway answers 503).
+
+After the interval one call probes the primary (the others keep using the fallback meanwhile); when
+it answers the circuit closes, so recovery needs no restart. A request admitted by the fallback is
+settled there too (its reservation and leases live there); the ledger it records there is added to
+the primary's in ``usage``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Literal, TypeVar
+
+from gateway.stores.base import Admission, Decision, Settlement, Store, StoreUnavailable, UsageReport
+
+FailMode = Literal["fail_open", "fail_closed"]
+T = TypeVar("T")
+
+_MAX_TRACKED_IDS = 100_000  # fallback-admitted request ids awaiting their settle
+
+
+class FailoverStore:
+    """A primary store with a circuit breaker and a fallback (see the module docstring).
+
+    Args:
+        primary: the shared store (RedisStore).
+        fallback: the local store used while the primary is down in ``fail_open`` mode (MemoryStore).
+        mode: ``"fail_open"`` or ``"fail_closed"``.
+        retry_interval_s: how long the circuit stays open before the primary is tried again.
+        on_fallback: called with the operation name (``"admit"``, ``"settle"``) each time the fallback
+            serves a call; hook a counter to it.
+        clock: monotonic seconds (injected for tests).
+    """
+
+    def __init__(
+        self,
+        primary: Store,
+        fallback: Store,
+        *,
+        mode: FailMode,
+        retry_interval_s: float = 1.0,
+        on_fallback: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if mode not in ("fail_open", "fail_closed"):
+            raise ValueError(f"mode must be fail_open or fail_closed, not {mode!r}")
+        self.primary = primary
+        self.fallback = fallback
+        self.mode = mode
+        self.retry_interval_s = retry_interval_s
+        self._on_fallback = on_fallback
+        self._clock = clock
+        self._open_until: float | None = None  # None: circuit closed
+        self._probing = False
+        self._fallback_ids: OrderedDict[str, None] = OrderedDict()
+        self._log = logging.getLogger("switchyard.stores")
+
+    @property
+    def is_degraded(self) -> bool:
+        """True while the circuit is open (the primary is considered down)."""
+        return self._open_until is not None
+
+    async def admit(self, admission: Admission) -> Decision:
+        try:
+            return await self._on_primary(lambda: self.primary.admit(admission))
+        except StoreUnavailable:
+            if self.mode == "fail_closed":
+                raise
+        decision = await self._use_fallback("admit", lambda: self.fallback.admit(admission))
+        if decision.allowed:
+            self._fallback_ids[admission.request_id] = None
+            while len(self._fallback_ids) > _MAX_TRACKED_IDS:
+                self._fallback_ids.popitem(last=False)
+        return decision
+
+    async def settle(self, settlement: Settlement) -> None:
+        if settlement.request_id in self._fallback_ids:  # admitted by the fallback: settle it there
+            del self._fallback_ids[settlement.request_id]
+            await self._use_fallback("settle", lambda: self.fallback.settle(settlement))
+            return
+        try:
+            await self._on_primary(lambda: self.primary.settle(settlement))
+            return
+        except StoreUnavailable:
+            if self.mode == "fail_closed":
+                raise
+        # admitted by the primary, which is down now: keep the ledger locally; the reservation and
+        # leases in the primary age out on their own
+        ledger_only = Settlement(
+            tenant=settlement.tenant,
+            request_id=settlement.request_id,
+            rules=(),
+            budgets=settlement.budgets,
+            reserved_tokens=0,
+            reserved_at_s=settlement.reserved_at_s,
+            input_tokens=settlement.input_tokens,
+            output_tokens=settlement.output_tokens,
+            cost_usd=settlement.cost_usd,
+            pool=settlement.pool,
+            key_id=settlement.key_id,
+            month=settlement.month,
+            now_s=settlement.now_s,
+        )
+        await self._use_fallback("settle", lambda: self.fallback.settle(ledger_only))
+
+    async def usage(self, month: str, tenant: str | None = None) -> UsageReport:
+        report = await self._on_primary(lambda: self.primary.usage(month, tenant))
+        return report.merged(await self.fallback.usage(month, tenant))
+
+    async def ping(self) -> bool:
+        return await self.primary.ping()
+
+    async def close(self) -> None:
+        await self.primary.close()
+        await self.fallback.close()
+
+    # ---- the breaker ----------------------------------------------------------------------------
+
+    async def _on_primary(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run ``call`` on the primary unless the circuit is open; open it on StoreUnavailable."""
+        if self._open_until is not None:
+            now = self._clock()
+            if now < self._open_until or self._probing:
+                wait_s = max(0.0, self._open_until - now) or self.retry_interval_s
+                raise StoreUnavailable(retry_after_s=wait_s)
+            self._probing = True  # this call probes; the others keep to the fallback meanwhile
+        try:
+            result = await call()
+        except StoreUnavailable:
+            self._trip()
+            raise
+        finally:
+            self._probing = False
+        if self._open_until is not None:
+            self._open_until = None
+            self._log.warning("rate-limit store is back; leaving %s mode", self.mode)
+        return result
+
+    def _trip(self) -> None:
+        if self._open_until is None:
+            self._log.warning(
+                "rate-limit store unavailable; %s until it answers (retrying every %.1fs)",
+                self.mode,
+                self.retry_interval_s,
+            )
+        self._open_until = self._clock() + self.retry_interval_s
+
+    async def _use_fallback(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
+        if self._on_fallback is not None:
+            self._on_fallback(operation)
+        return await call()

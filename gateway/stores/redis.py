@@ -1,0 +1,235 @@
+"""RedisStore: limits, leases and the ledger in Redis, shared by every gateway replica.
+
+One EVALSHA per admit and one per settle (``lua/admit.lua``, ``lua/settle.lua``, shipped as package
+files). Each call declares only the keys its rules limit and passes the rest as one JSON argument
+(``cjson`` in the script): packing ~30 separate arguments cost more client CPU than the script itself.
+Scripts are called by their SHA1, computed locally, so the first call needs no SCRIPT LOAD; on
+NOSCRIPT (a restarted or flushed Redis) the script is loaded and the call repeated. Every call is
+bounded by ``timeout_s`` end to end; any failure to answer becomes ``StoreUnavailable`` at once
+(no retries here: the failover wrapper decides what happens next).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+import msgspec
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError, RedisError
+
+from gateway.stores.base import (
+    WINDOW_S,
+    Admission,
+    Decision,
+    Settlement,
+    StoreUnavailable,
+    TenantUsage,
+    UsageReport,
+    seconds_to_next_month,
+    tenant_usage_from_fields,
+)
+from gateway.stores.keys import KeySpace
+
+_REASONS = {1: "requests", 2: "tokens", 3: "concurrency", 4: "budget"}
+_LEDGER_TTL_S = 400 * 86400  # 13 months and a bit
+
+
+class _Script:
+    """A Lua file of this package, called by SHA1."""
+
+    def __init__(self, name: str) -> None:
+        self.source = resources.files("gateway.stores").joinpath("lua", name).read_text(encoding="utf-8")
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+
+
+_json = msgspec.json.Encoder().encode
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _none_if_negative(value: int) -> int | None:
+    return None if value < 0 else int(value)
+
+
+def _seconds(ms: int) -> float | None:
+    return None if ms < 0 else ms / 1000.0
+
+
+class RedisStore:
+    """The Store protocol on Redis (standalone, or Cluster thanks to the per-tenant hash tag).
+
+    Args:
+        url_or_client: a ``redis://`` URL, or a ``redis.asyncio`` client the caller owns.
+        timeout_s: the most one admit or settle may take, connection included.
+        admin_timeout_s: the bound for ``usage`` (it scans every tenant's ledger).
+        prefix: the first part of every key.
+        settled_ttl_s: how long a settled request id is remembered (a repeat settle after that would count
+            again; settles come within the request's own lifetime).
+        ledger_ttl_s: how long a month's ledger lives after its last settle.
+    """
+
+    def __init__(
+        self,
+        url_or_client: str | aioredis.Redis,
+        *,
+        timeout_s: float = 0.1,
+        admin_timeout_s: float = 5.0,
+        prefix: str = "sy:",
+        settled_ttl_s: float = 3600.0,
+        ledger_ttl_s: int = _LEDGER_TTL_S,
+        max_connections: int = 256,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.admin_timeout_s = admin_timeout_s
+        self._keys = KeySpace(prefix)
+        self._settled_ttl_s = math.ceil(settled_ttl_s)
+        self._ledger_ttl_s = ledger_ttl_s
+        self._admit = _Script("admit.lua")
+        self._settle = _Script("settle.lua")
+        if isinstance(url_or_client, str):
+            self._client = aioredis.Redis.from_url(
+                url_or_client,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+                retry=Retry(NoBackoff(), 0),  # one try: the failover wrapper owns retrying
+                retry_on_timeout=False,
+                health_check_interval=0,
+                max_connections=max_connections,
+            )
+            self._owns_client = True
+        else:
+            self._client = url_or_client
+            self._owns_client = False
+
+    # ---- the Store protocol -----------------------------------------------------------------
+
+    async def admit(self, admission: Admission) -> Decision:
+        tenant, keys = admission.tenant, self._keys
+        key_names = [keys.usage(tenant, admission.month)]
+        checks: list[tuple[int, int, int, int]] = []  # (kind, rule number, key number, limit)
+        for rule_no, rule in enumerate(admission.rules, start=1):
+            for kind, limit, key in (
+                (1, rule.requests_per_minute, keys.requests),
+                (2, rule.tokens_per_minute, keys.tokens),
+                (3, rule.max_concurrent, keys.leases),
+            ):
+                if limit is not None:
+                    key_names.append(key(tenant, rule.scope))
+                    checks.append((kind, rule_no, len(key_names), limit))
+        spec = {
+            "now": admission.now_s,
+            "lease_ttl": admission.lease_ttl_s,
+            "reserve": admission.reserve_tokens,
+            "id": admission.request_id,
+            "window": WINDOW_S,
+            "to_next_month": seconds_to_next_month(admission.month, admission.now_s),
+            "checks": checks,
+            "budgets": [(b.scope, float(b.monthly_usd)) for b in admission.budgets],
+        }
+        reply = await self._eval(self._admit, key_names, _json(spec))
+        allowed, reason, index, retry_ms, exceeds = (int(v) for v in reply[:5])
+        lim_r, rem_r, reset_r, lim_t, rem_t, reset_t = (int(v) for v in reply[5:11])
+        scope = None
+        if not allowed:
+            scopes = admission.budgets if reason == 4 else admission.rules
+            scope = scopes[index - 1].scope
+        return Decision(
+            allowed=bool(allowed),
+            reason=_REASONS.get(reason),
+            scope=scope,
+            retry_after_s=retry_ms / 1000.0,
+            limit_requests=_none_if_negative(lim_r),
+            remaining_requests=_none_if_negative(rem_r),
+            reset_requests_s=_seconds(reset_r),
+            limit_tokens=_none_if_negative(lim_t),
+            remaining_tokens=_none_if_negative(rem_t),
+            reset_tokens_s=_seconds(reset_t),
+            exceeds_limit=bool(exceeds),
+        )
+
+    async def settle(self, settlement: Settlement) -> None:
+        tenant, keys = settlement.tenant, self._keys
+        key_names = [keys.settled(tenant, settlement.reserved_at_s), keys.usage(tenant, settlement.month)]
+        token_keys, lease_keys = [], []
+        for rule in settlement.rules:
+            if rule.tokens_per_minute is not None:
+                key_names.append(keys.tokens(tenant, rule.scope))
+                token_keys.append(len(key_names))
+            if rule.max_concurrent is not None:
+                key_names.append(keys.leases(tenant, rule.scope))
+                lease_keys.append(len(key_names))
+        scopes = ["tenant"]
+        if settlement.key_id:
+            scopes.append(f"key:{settlement.key_id}")
+        if settlement.pool:
+            scopes.append(f"pool:{settlement.pool}")
+        spec = {
+            "id": settlement.request_id,
+            "marker_ttl": self._settled_ttl_s,
+            "bucket": math.floor(settlement.reserved_at_s),
+            "delta": settlement.input_tokens + settlement.output_tokens - settlement.reserved_tokens,
+            "oldest_live": -1 if settlement.now_s is None else math.floor(settlement.now_s) - WINDOW_S,
+            "input": settlement.input_tokens,
+            "output": settlement.output_tokens,
+            "cost": repr(float(settlement.cost_usd)),  # a string: HINCRBYFLOAT gets every digit
+            "ledger_ttl": self._ledger_ttl_s,
+            "scopes": scopes,
+            "tokens": token_keys,
+            "leases": lease_keys,
+        }
+        await self._eval(self._settle, key_names, _json(spec))
+
+    async def usage(self, month: str, tenant: str | None = None) -> UsageReport:
+        try:
+            async with asyncio.timeout(self.admin_timeout_s):
+                if tenant is not None:
+                    ledger_keys = [self._keys.usage(tenant, month)]
+                else:
+                    pattern = self._keys.usage_pattern(month)
+                    ledger_keys = [_text(k) async for k in self._client.scan_iter(match=pattern, count=1000)]
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for key in ledger_keys:
+                        pipe.hgetall(key)
+                    hashes = await pipe.execute()
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise StoreUnavailable(f"rate-limit store unavailable: {exc!r}") from exc
+        tenants: dict[str, TenantUsage] = {}
+        for key, fields in zip(ledger_keys, hashes, strict=True):
+            if fields:
+                decoded = {_text(k): _text(v) for k, v in fields.items()}
+                tenants[self._keys.tenant_of_usage_key(key)] = tenant_usage_from_fields(decoded)
+        return UsageReport(month=month, tenants=dict(sorted(tenants.items())))
+
+    async def ping(self) -> bool:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return bool(await self._client.ping())
+        except (RedisError, OSError, TimeoutError):
+            return False
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    # ---- one bounded round trip ---------------------------------------------------------------
+
+    async def _eval(self, script: _Script, keys: Sequence[str], spec: bytes) -> list[Any]:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                try:
+                    reply = await self._client.evalsha(script.sha, len(keys), *keys, spec)
+                except NoScriptError:  # a fresh or flushed Redis: load once, call again
+                    await self._client.script_load(script.source)
+                    reply = await self._client.evalsha(script.sha, len(keys), *keys, spec)
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise StoreUnavailable(f"rate-limit store unavailable: {exc!r}") from exc
+        return reply if isinstance(reply, list) else [reply]

@@ -1,0 +1,184 @@
+"""FailoverStore: fail_open, fail_closed, the circuit breaker, and recovery without a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+import pytest
+
+from gateway.stores import (
+    Admission,
+    Decision,
+    FailMode,
+    FailoverStore,
+    LimitRule,
+    MemoryStore,
+    RedisStore,
+    Settlement,
+    StoreUnavailable,
+    UsageReport,
+)
+from tests.gateway.stores.conftest import MONTH, T0, admission, settlement
+from tests.support.redis_server import RedisServer
+
+RULE = LimitRule(scope="key:k1", requests_per_minute=1000, tokens_per_minute=100_000, max_concurrent=10)
+
+
+class FlakyStore(MemoryStore):
+    """A MemoryStore that can be switched off, counting the calls that reached it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.is_down = False
+        self.calls = 0
+
+    async def admit(self, admission: Admission) -> Decision:
+        self._touch()
+        return await super().admit(admission)
+
+    async def settle(self, settlement: Settlement) -> None:
+        self._touch()
+        await super().settle(settlement)
+
+    async def usage(self, month: str, tenant: str | None = None) -> UsageReport:
+        self._touch()
+        return await super().usage(month, tenant)
+
+    def _touch(self) -> None:
+        self.calls += 1
+        if self.is_down:
+            raise StoreUnavailable("down")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def make(mode: str) -> tuple[FailoverStore, FlakyStore, MemoryStore, Clock, list[str]]:
+    primary, fallback, clock = FlakyStore(), MemoryStore(), Clock()
+    used: list[str] = []
+    fail_mode: FailMode = "fail_open" if mode == "fail_open" else "fail_closed"
+    store = FailoverStore(
+        primary, fallback, mode=fail_mode, retry_interval_s=1.0, on_fallback=used.append, clock=clock
+    )
+    return store, primary, fallback, clock, used
+
+
+async def test_fail_open_uses_the_fallback_without_waiting_on_the_primary(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store, primary, _, clock, used = make("fail_open")
+    assert (await store.admit(admission(RULE, now_s=T0))).allowed and not store.is_degraded
+    primary.is_down = True
+    with caplog.at_level(logging.WARNING, logger="switchyard.stores"):
+        for i in range(5):
+            assert (await store.admit(admission(RULE, now_s=T0 + i))).allowed
+    assert primary.calls == 2  # one success, then one failure opened the circuit
+    assert used == ["admit"] * 5 and store.is_degraded
+    assert len([r for r in caplog.records if "unavailable" in r.message]) == 1  # logged once per outage
+
+    clock.now_s += 1.5  # the interval passed: one probe, still down
+    assert (await store.admit(admission(RULE, now_s=T0 + 6))).allowed
+    assert primary.calls == 3
+
+    primary.is_down = False
+    clock.now_s += 1.5
+    with caplog.at_level(logging.WARNING, logger="switchyard.stores"):
+        assert (await store.admit(admission(RULE, now_s=T0 + 7))).allowed
+    assert primary.calls == 4 and not store.is_degraded
+    assert any("back" in r.message for r in caplog.records)
+
+
+async def test_fail_closed_raises_with_a_retry_hint() -> None:
+    store, primary, _, clock, used = make("fail_closed")
+    primary.is_down = True
+    with pytest.raises(StoreUnavailable):
+        await store.admit(admission(RULE, now_s=T0))
+    clock.now_s += 0.25
+    with pytest.raises(StoreUnavailable) as caught:
+        await store.admit(admission(RULE, now_s=T0))
+    assert caught.value.retry_after_s == pytest.approx(0.75)
+    assert primary.calls == 1 and used == []
+    primary.is_down = False
+    clock.now_s += 1.0
+    assert (await store.admit(admission(RULE, now_s=T0))).allowed
+
+
+async def test_a_request_is_settled_where_it_was_admitted() -> None:
+    store, primary, fallback, clock, used = make("fail_open")
+    on_primary = admission(RULE, now_s=T0, reserve_tokens=500)
+    assert (await store.admit(on_primary)).allowed
+    primary.is_down = True
+    on_fallback = admission(RULE, now_s=T0 + 1, reserve_tokens=500)
+    assert (await store.admit(on_fallback)).allowed
+    await store.settle(settlement(on_fallback, input_tokens=7, cost_usd=0.5))
+    # admitted by the primary, which is down now: the ledger is kept locally
+    await store.settle(settlement(on_primary, input_tokens=3, cost_usd=0.25))
+    local = (await fallback.usage(MONTH)).tenants["acme"].total
+    assert (local.requests, local.input_tokens) == (2, 10)
+    assert used == ["admit", "settle", "settle"]
+    # the fallback released its own lease and settled its own reservation only
+    after = await fallback.admit(admission(RULE, now_s=T0 + 2, reserve_tokens=0))
+    assert after.remaining_tokens == 100_000 - 7
+    primary.is_down = False
+    clock.now_s += 2.0  # past the retry interval: the next call probes the primary, which answers
+    merged = (await store.usage(MONTH)).tenants["acme"].total
+    assert (merged.requests, merged.input_tokens) == (2, 10)
+
+
+def test_mode_is_checked() -> None:
+    with pytest.raises(ValueError):
+        FailoverStore(MemoryStore(), MemoryStore(), mode="maybe")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("outage", ["killed", "hung"])
+async def test_fail_open_across_a_real_redis_outage(own_redis: RedisServer, outage: str) -> None:
+    """Redis killed (connections refused) or hung (SIGSTOP: every call would wait the timeout)."""
+    assert own_redis.proc is not None
+    used: list[str] = []
+    store = FailoverStore(
+        RedisStore(own_redis.url, timeout_s=0.1),
+        MemoryStore(),
+        mode="fail_open",
+        retry_interval_s=0.2,
+        on_fallback=used.append,
+    )
+    try:
+        now = T0
+        assert (await store.admit(admission(RULE, now_s=now))).allowed and used == []
+        if outage == "killed":
+            own_redis.stop()
+        else:
+            own_redis.proc.send_signal(signal.SIGSTOP)
+        started = time.perf_counter()
+        for _ in range(20):
+            now += 0.01
+            adm = admission(RULE, now_s=now, reserve_tokens=10)
+            assert (await store.admit(adm)).allowed
+            await store.settle(settlement(adm, input_tokens=5))
+        assert time.perf_counter() - started < 1.0  # not 20 (or 40) timeouts of 0.1 s: the circuit is open
+        assert store.is_degraded and used.count("admit") == 20
+        if outage == "killed":
+            own_redis.start()
+        else:
+            own_redis.proc.send_signal(signal.SIGCONT)
+        deadline = time.perf_counter() + 5.0
+        while store.is_degraded and time.perf_counter() < deadline:
+            now += 0.05
+            await store.admit(admission(RULE, now_s=now))
+            await asyncio.sleep(0.05)
+        assert not store.is_degraded  # recovered without a restart
+        count = used.count("admit")
+        assert (await store.admit(admission(RULE, now_s=now + 1))).allowed
+        assert used.count("admit") == count  # the primary serves again
+    finally:
+        if outage == "hung" and own_redis.proc is not None:
+            own_redis.proc.send_signal(signal.SIGCONT)
+        await store.close()

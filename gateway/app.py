@@ -174,7 +174,7 @@ class Gateway:
             result = await self.pipeline.run(call)
         except GatewayError as error:
             if call is None:
-                self.metrics.requests.labels(endpoint.name.lower(), "-", str(status_of(error))).inc()
+                self.metrics.count_request(endpoint.name.lower(), "-", status_of(error))
             return self._error_response(error, request_id)
         headers = {"x-request-id": request_id, **call.response_headers}
         if call.pool is not None:
@@ -200,18 +200,18 @@ class Gateway:
     async def _record(self, call: Call, error: GatewayError | None) -> None:
         endpoint = call.endpoint.name.lower()
         pool = call.pool or "-"
-        status = "200" if error is None else str(status_of(error))
+        status = 200 if error is None else status_of(error)
         now = time.perf_counter()
         m = self.metrics
-        m.requests.labels(endpoint, pool, status).inc()
-        m.request_duration.labels(endpoint, pool).observe(now - call.started_at)
-        m.overhead.labels(endpoint).observe(max(0.0, now - call.started_at - call.upstream_s))
+        m.count_request(endpoint, pool, status)
+        m.observe_latency(
+            endpoint, pool, now - call.started_at, max(0.0, now - call.started_at - call.upstream_s)
+        )
         if call.first_token_at is not None:
             m.time_to_first_token.labels(pool).observe(call.first_token_at - call.started_at)
         if call.usage is not None:
-            m.tokens.labels(pool, "input").inc(call.usage.input_tokens)
-            m.tokens.labels(pool, "output").inc(call.usage.output_tokens)
-        if error is not None and status_of(error) >= 500:
+            m.count_tokens(pool, call.usage.input_tokens, call.usage.output_tokens)
+        if error is not None and status >= 500:
             m.upstream_errors.labels(pool, error.code or "error").inc()
 
     def _error_response(self, error: GatewayError, request_id: str) -> Response[bytes]:

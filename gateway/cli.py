@@ -173,10 +173,17 @@ def run_local(settings: Settings, engine_model: str, *, start_engine: bool) -> i
                 str(port),
             ],
         )
-        if not _wait_http_ok(f"http://{host}:{port}/health", 600, engine):
+        if not _wait_http_ok(f"http://{host}:{port}/ready", 600, engine):
             print("error: the engine did not come up", file=sys.stderr)
             engine.terminate()
             return 1
+
+    def exit_on_signal(signum: int, frame: object) -> None:
+        # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown: exit through `finally`
+        # so the engine is stopped too, never orphaned
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, exit_on_signal)
     try:
         return serve(settings, api_key=dev_key)
     finally:

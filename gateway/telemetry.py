@@ -6,6 +6,8 @@ Labels never carry API keys or prompt content.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -84,6 +86,38 @@ class Metrics:
             ("result",),
             registry=r,
         )
+
+        self._children: dict[tuple[object, ...], Any] = {}
+
+    # the hot path: labelled children are cached (prometheus_client's .labels() locks and validates)
+    def count_request(self, endpoint: str, pool: str, status: int) -> None:
+        key = ("requests", endpoint, pool, status)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.requests.labels(endpoint, pool, str(status))
+        child.inc()
+
+    def observe_latency(self, endpoint: str, pool: str, total_s: float, overhead_s: float) -> None:
+        key = ("latency", endpoint, pool)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.request_duration.labels(endpoint, pool),
+                self.overhead.labels(endpoint),
+            )
+        children[0].observe(total_s)
+        children[1].observe(overhead_s)
+
+    def count_tokens(self, pool: str, input_tokens: int, output_tokens: int) -> None:
+        key = ("tokens", pool)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.tokens.labels(pool, "input"),
+                self.tokens.labels(pool, "output"),
+            )
+        children[0].inc(input_tokens)
+        children[1].inc(output_tokens)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -88,6 +88,7 @@ class AiohttpUpstreamClient:
         self.max_connections = max_connections
         self.keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[Timeouts, aiohttp.ClientTimeout] = {}
 
     def _open(self) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
@@ -110,7 +111,10 @@ class AiohttpUpstreamClient:
     async def post(
         self, url: str, body: bytes, headers: dict[str, str], timeouts: Timeouts, what: str
     ) -> UpstreamResponse:
-        timeout = aiohttp.ClientTimeout(total=timeouts.total_s, sock_connect=timeouts.connect_s)
+        timeout = self._timeouts.get(timeouts)
+        if timeout is None:  # one per policy timeouts object, not one per request
+            timeout = aiohttp.ClientTimeout(total=timeouts.total_s, sock_connect=timeouts.connect_s)
+            self._timeouts[timeouts] = timeout
         with map_client_errors(what):
             async with asyncio.timeout(timeouts.first_byte_s):
                 response = await self.session.post(url, data=body, headers=headers, timeout=timeout)

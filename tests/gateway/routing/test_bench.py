@@ -1,0 +1,26 @@
+"""The README's bench command runs and reports every classifier and size."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_classify_latency_bench_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "classify_latency.py"), "--iterations", "30", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    results = json.loads(out.stdout)["results"]
+    assert {(r["classifier"].split()[0], r["tokens"]) for r in results} == {
+        (c, t) for c in ("rules", "learned", "examples") for t in ("10", "100", "1k")
+    }
+    assert all(r["p50_ms"] > 0 for r in results)

@@ -1,0 +1,37 @@
+-- wrk script for bench/overhead.py: POST one small chat completion request on every call.
+-- Settings come from the environment so one script serves every target and endpoint:
+--   BENCH_MODEL    the "model" field (default "bench")
+--   BENCH_STREAM   "1" adds "stream": true
+--   BENCH_API_KEY  sent as "Authorization: Bearer <key>" when set
+-- done() prints one JSON line (marker BENCH_WRK_RESULT) that the driver parses: exact microsecond
+-- percentiles and the error counts, rather than scraping wrk's rounded text.
+
+local model = os.getenv("BENCH_MODEL") or "bench"
+local stream = os.getenv("BENCH_STREAM") == "1"
+local api_key = os.getenv("BENCH_API_KEY") or ""
+
+local body = '{"model":"' .. model .. '","messages":[{"role":"user","content":"Say hello in one short sentence."}],'
+  .. '"max_tokens":32'
+if stream then
+  body = body .. ',"stream":true,"stream_options":{"include_usage":true}'
+end
+body = body .. '}'
+
+wrk.method = "POST"
+wrk.body = body
+wrk.headers["Content-Type"] = "application/json"
+if api_key ~= "" then
+  wrk.headers["Authorization"] = "Bearer " .. api_key
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'BENCH_WRK_RESULT {"requests":%d,"duration_us":%d,"bytes":%d,'
+      .. '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d},'
+      .. '"latency_us":{"mean":%.2f,"max":%d,"p50":%d,"p75":%d,"p90":%d,"p99":%d}}\n',
+    summary.requests, summary.duration, summary.bytes,
+    e.connect, e.read, e.write, e.status, e.timeout,
+    latency.mean, latency.max,
+    latency:percentile(50), latency:percentile(75), latency:percentile(90), latency:percentile(99)))
+end

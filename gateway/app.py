@@ -1,7 +1,9 @@
-"""The Litestar app: the routes, the one error renderer, and the pipeline's declared order.
+"""The app: the pipeline's declared order, the gateway runtime, and the routes.
 
-``create_app(settings, *, client=None, reloader=None)`` builds everything; every I/O seam (the
-upstream client, the policy source) can be injected.
+``create_app(settings, *, client=None, reloader=None, store=None)`` builds everything; every I/O
+seam (the upstream client, the policy source, the store) can be injected. The three proxied API
+endpoints are served straight from ASGI (``gateway.proxy``: the hot path); everything else
+(models, usage, health, metrics, and every error for unknown routes) is a Litestar route.
 """
 
 from __future__ import annotations
@@ -11,14 +13,12 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
-from litestar import Litestar, MediaType, Request, Response, get, post
-from litestar.background_tasks import BackgroundTask
+from litestar import Litestar, MediaType, Request, Response, get
 from litestar.exceptions import HTTPException
-from litestar.response import Stream
 
 from gateway.errors import (
     AuthenticationFailed,
@@ -35,6 +35,7 @@ from gateway.errors import (
 )
 from gateway.pipeline import BytesResult, Call, Endpoint, Pipeline, StreamResult
 from gateway.policy import ApiKey, Policy
+from gateway.proxy import ProxyApp
 from gateway.reloader import PolicyReloader
 from gateway.routing.balancer import Balancer
 from gateway.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse_body
@@ -119,10 +120,10 @@ class Gateway:
     def count_rejection(self, reason: str) -> None:
         self.metrics.rate_limited.labels(reason).inc()
 
-    def authenticate(self, request: Request[Any, Any, Any]) -> ApiKey | None:
+    def authenticate(self, headers: Mapping[str, str]) -> ApiKey | None:
         """The caller's key for the non-pipeline endpoints (models, usage)."""
         policy = self.reloader.policy
-        token = bearer_token(request.headers.get("authorization"))
+        token = bearer_token(headers.get("authorization"))
         key = self.keys.get(policy).lookup(token) if token is not None else None
         if key is None and policy.auth.required:
             raise AuthenticationFailed(
@@ -130,29 +131,23 @@ class Gateway:
             )
         return key
 
-    def _request_id(self, request: Request[Any, Any, Any]) -> str:
-        given = request.headers.get("x-request-id")
+    def request_id(self, headers: Mapping[str, str]) -> str:
+        """The client's ``x-request-id`` when it is sane, else a fresh one (a counter, not a uuid)."""
+        given = headers.get("x-request-id")
         if given and len(given) <= 128 and given.isascii() and given.isprintable():
             return given
         return f"{self._id_prefix}{next(self._ids):x}"
 
-    async def _read_body(self, request: Request[Any, Any, Any], limit: int) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise BodyTooLarge(f"Request body of {declared} bytes is over the limit of {limit} bytes.")
-        raw = await request.body()
-        if len(raw) > limit:
-            raise BodyTooLarge(f"Request body is over the limit of {limit} bytes.")
-        return raw
-
-    async def handle(self, endpoint: Endpoint, request: Request[Any, Any, Any]) -> Response[Any]:
-        """Run one proxied API request through the pipeline."""
+    async def handle(
+        self, endpoint: Endpoint, headers: Mapping[str, str], raw: bytes, request_id: str
+    ) -> tuple[Call | None, BytesResult | StreamResult | GatewayError]:
+        """Decode one proxied API request and run it through the pipeline."""
         started = time.perf_counter()
         policy = self.reloader.policy
-        request_id = self._request_id(request)
         call: Call | None = None
         try:
-            raw = await self._read_body(request, policy.limits.max_body_bytes)
+            if len(raw) > policy.limits.max_body_bytes:
+                raise BodyTooLarge(f"Request body is over the limit of {policy.limits.max_body_bytes} bytes.")
             body, parsed = parse_body(endpoint, raw)
             is_stream = False
             include_usage = False
@@ -162,7 +157,7 @@ class Gateway:
             call = Call(
                 endpoint,
                 body,
-                request.headers,
+                headers,
                 policy,
                 request_id,
                 parsed.model,
@@ -171,31 +166,11 @@ class Gateway:
                 started_at=started,
             )
             call.on_finish(self._record)
-            result = await self.pipeline.run(call)
+            return call, await self.pipeline.run(call)
         except GatewayError as error:
             if call is None:
                 self.metrics.count_request(endpoint.name.lower(), "-", status_of(error))
-            return self._error_response(error, request_id)
-        headers = {"x-request-id": request_id, **call.response_headers}
-        if call.pool is not None:
-            headers["x-switchyard-pool"] = call.pool
-        if isinstance(result, BytesResult):
-            return Response(
-                content=result.body,
-                status_code=result.status,
-                media_type=result.content_type,
-                headers=headers,
-            )
-        assert isinstance(result, StreamResult)
-        headers["Cache-Control"] = "no-cache"
-        headers["X-Accel-Buffering"] = "no"
-        return Stream(
-            result.events,
-            media_type=result.content_type,
-            status_code=result.status,
-            headers=headers,
-            background=BackgroundTask(_close_stream, result, call),
-        )
+            return call, error
 
     async def _record(self, call: Call, error: GatewayError | None) -> None:
         endpoint = call.endpoint.name.lower()
@@ -239,14 +214,6 @@ def _model_card(name: str) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": 0, "owned_by": "switchyard"}
 
 
-async def _close_stream(result: StreamResult, call: Call) -> None:
-    """After a stream ends, however it ends: close the relay and settle the call exactly once."""
-    aclose = getattr(result.events, "aclose", None)
-    if aclose is not None:
-        await aclose()
-    await call.finish()
-
-
 def _http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
     """Litestar's own errors (unknown route, wrong method, body too big) in OpenAI's shape."""
     error: GatewayError
@@ -277,7 +244,7 @@ def create_app(
     reloader: PolicyReloader | None = None,
     metrics: Metrics | None = None,
     store: Store | None = None,
-) -> Litestar:
+) -> ProxyApp:
     """Build the gateway app. Everything not given is built from ``settings``."""
     settings = settings or Settings.from_env()
     reloader = reloader or PolicyReloader(
@@ -286,22 +253,10 @@ def create_app(
     client = client or AiohttpUpstreamClient(max_connections=settings.max_upstream_connections)
     gateway = Gateway(settings, client=client, reloader=reloader, metrics=metrics or Metrics(), store=store)
 
-    @post("/v1/chat/completions", status_code=200)
-    async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
-        return await gateway.handle(Endpoint.CHAT, request)
-
-    @post("/v1/completions", status_code=200)
-    async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
-        return await gateway.handle(Endpoint.COMPLETIONS, request)
-
-    @post("/v1/embeddings", status_code=200)
-    async def embeddings(request: Request[Any, Any, Any]) -> Response[Any]:
-        return await gateway.handle(Endpoint.EMBEDDINGS, request)
-
     @get("/v1/models")
     async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
         try:
-            key = gateway.authenticate(request)
+            key = gateway.authenticate(request.headers)
         except GatewayError as error:
             return gateway._error_response(error, "-")
         return Response(content=gateway.models_body(key), media_type=MediaType.JSON)
@@ -310,7 +265,7 @@ def create_app(
     async def retrieve_model(request: Request[Any, Any, Any], model_id: str) -> Response[bytes]:
         model_id = model_id.lstrip("/")
         try:
-            key = gateway.authenticate(request)
+            key = gateway.authenticate(request.headers)
             pool = gateway.policy.pool_for_model(model_id)
             if pool is None or (
                 key is not None and not gateway.keys.get(gateway.policy).may_use(key, model_id, pool)
@@ -324,7 +279,7 @@ def create_app(
     async def usage(request: Request[Any, Any, Any]) -> Response[bytes]:
         """Spend and tokens per tenant, key and pool for a month (``?month=2026-11``); admin keys only."""
         try:
-            key = gateway.authenticate(request)
+            key = gateway.authenticate(request.headers)
             if key is None or not key.admin:
                 raise PermissionDenied("Reading usage needs an admin key.", code="admin_key_required")
             month = request.query_params.get("month") or month_of(time.time())
@@ -377,9 +332,6 @@ def create_app(
 
     app = Litestar(
         route_handlers=[
-            chat_completions,
-            completions,
-            embeddings,
             list_models,
             usage,
             retrieve_model,
@@ -395,7 +347,7 @@ def create_app(
         request_max_body_size=settings.hard_max_body_bytes,
     )
     app.state.gateway = gateway
-    return app
+    return ProxyApp(gateway, app)
 
 
 __all__ = ["EmbeddingRequest", "Gateway", "build_pipeline", "create_app"]

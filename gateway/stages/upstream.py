@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-import anyio
 import msgspec
 
 from gateway.errors import (
@@ -181,5 +180,4 @@ async def _relay(
         call.usage = relay.usage
         call.finish_reasons = relay.finish_reasons
         call.num_events = relay.num_events
-        with anyio.CancelScope(shield=True):  # finishers settle accounts even when cancelled
-            await call.finish(error)
+        await call.finish(error)

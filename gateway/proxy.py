@@ -1,0 +1,183 @@
+"""The hot path: the proxied API endpoints served straight from ASGI.
+
+``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/embeddings`` skip the web framework's
+routing, request and response objects (a measurable share of a ~0.3 ms request on one core) and
+are served here: read the body (bounded), run the pipeline, send bytes. Every other path goes to
+the Litestar app. A streamed response watches the client: when it disconnects, the relay is
+cancelled at once, which closes the upstream connection and settles the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from gateway.errors import BodyTooLarge, GatewayError, MethodNotAllowed, render
+from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult
+
+if TYPE_CHECKING:
+    from litestar import Litestar
+
+    from gateway.app import Gateway
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+logger = logging.getLogger("switchyard.proxy")
+
+ROUTES: dict[str, Endpoint] = {
+    "/v1/chat/completions": Endpoint.CHAT,
+    "/v1/completions": Endpoint.COMPLETIONS,
+    "/v1/embeddings": Endpoint.EMBEDDINGS,
+}
+_JSON = b"application/json"
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class ProxyApp:
+    """The ASGI app uvicorn serves: the proxied endpoints here, the rest in Litestar."""
+
+    def __init__(self, gateway: Gateway, litestar: Litestar) -> None:
+        self.gateway = gateway
+        self.litestar = litestar
+
+    @property
+    def state(self) -> Any:
+        return self.litestar.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            endpoint = ROUTES.get(scope["path"])
+            if endpoint is not None:
+                await serve(self.gateway, endpoint, scope, receive, send)
+                return
+        await self.litestar(scope, receive, send)  # type: ignore[arg-type]
+
+
+async def read_body(receive: Receive, headers: Mapping[str, str], limit: int) -> bytes:
+    """The whole request body; BodyTooLarge as soon as it passes ``limit`` (declared or not)."""
+    declared = headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"Request body of {declared} bytes is over the limit of {limit} bytes.")
+    message = await receive()
+    body = message.get("body", b"")
+    if not message.get("more_body"):
+        if len(body) > limit:
+            raise BodyTooLarge(f"Request body is over the limit of {limit} bytes.")
+        return body  # the common case: one message
+    parts = [body]
+    size = len(body)
+    while message.get("more_body"):
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"Request body is over the limit of {limit} bytes.")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _header_list(request_id: str, call: Call | None, extra: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    headers = [(b"x-request-id", request_id.encode())]
+    if call is not None:
+        if call.pool is not None:
+            headers.append((b"x-switchyard-pool", call.pool.encode()))
+        for name, value in call.response_headers.items():
+            headers.append((name.lower().encode(), value.encode("latin-1")))
+    for name, value in extra.items():
+        headers.append((name.lower().encode(), value.encode("latin-1")))
+    return headers
+
+
+async def _send_bytes(
+    send: Send, status: int, content_type: bytes, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
+    headers.append((b"content-type", content_type))
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def serve(gateway: Gateway, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
+    """One proxied request, from ASGI scope to the last byte sent."""
+    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+    request_id = gateway.request_id(headers)
+    call: Call | None = None
+    outcome: BytesResult | StreamResult | GatewayError
+    try:
+        if scope["method"] != "POST":
+            raise MethodNotAllowed(f"Method {scope['method']} is not allowed for {scope['path']}.")
+        raw = await read_body(receive, headers, gateway.settings.hard_max_body_bytes)
+        call, outcome = await gateway.handle(endpoint, headers, raw, request_id)
+    except GatewayError as error:
+        outcome = error
+    except Exception as error:  # a bug: still OpenAI-shaped, never a bare 500 page
+        logger.exception("unexpected error on %s", scope["path"])
+        outcome = GatewayError("The server had an error processing your request.")
+        if call is not None:
+            await call.finish(outcome)
+        del error
+    if isinstance(outcome, GatewayError):
+        status, body, extra = render(outcome)
+        await _send_bytes(send, status, _JSON, body, _header_list(request_id, call, extra))
+    elif isinstance(outcome, BytesResult):
+        await _send_bytes(
+            send,
+            outcome.status,
+            outcome.content_type.encode(),
+            outcome.body,
+            _header_list(request_id, call, {}),
+        )
+    else:
+        assert call is not None
+        await _send_stream(call, outcome, _header_list(request_id, call, {}), receive, send)
+
+
+async def _send_stream(
+    call: Call, result: StreamResult, headers: list[tuple[bytes, bytes]], receive: Receive, send: Send
+) -> None:
+    """Relay a stream; a client disconnect cancels the relay at once."""
+    task = asyncio.current_task()
+    assert task is not None
+    state = {"done": False, "disconnected": False}
+
+    async def watch_disconnect() -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                if not state["done"]:
+                    state["disconnected"] = True
+                    task.cancel()
+                return
+
+    watcher = asyncio.get_running_loop().create_task(watch_disconnect())
+    events = result.events
+    try:
+        await send(
+            {"type": "http.response.start", "status": result.status, "headers": headers + _SSE_HEADERS}
+        )
+        async for chunk in events:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        state["done"] = True
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except asyncio.CancelledError:
+        if not state["disconnected"]:
+            raise
+        task.uncancel()  # our own cancellation, for a client that left: not an error
+    finally:
+        state["done"] = True
+        watcher.cancel()
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()  # closes the upstream connection if the relay did not finish
+        await call.finish()

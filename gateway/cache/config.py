@@ -1,0 +1,118 @@
+"""The caches' policy: typed, frozen, validated with msgspec (the owner nests ``CacheConfig`` in the Policy).
+
+::
+
+    cache:
+      response: {ttl_s: 300, max_entry_bytes: 1048576, scope: tenant}
+      affinity: {chunk_bytes: 1024, ttl_s: 600, max_load_factor: 1.5}
+      embeddings: {ttl_s: 86400}
+      pools:
+        creative: {cache_nondeterministic: true}
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
+Scope = Literal["tenant", "global"]
+
+
+class ResponseCacheConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The response cache of chat and text completions."""
+
+    enabled: bool = True
+    """Serve and store complete responses."""
+    ttl_s: PositiveSeconds = 300.0
+    """How long an entry lives after it was stored."""
+    max_entry_bytes: Annotated[int, msgspec.Meta(gt=0)] = 1_048_576
+    """Responses larger than this (encoded entry) are not stored."""
+    cache_nondeterministic: bool = False
+    """Also cache requests that sample (temperature > 0 and no seed); off by default, since two calls
+    of such a request are expected to differ."""
+    hits_consume_tokens: bool = False
+    """Whether a hit counts its tokens against tokens-per-minute (a hit always counts as a request)."""
+    scope: Scope = "tenant"
+    """``tenant``: entries are only ever served to the tenant that stored them; ``global``: shared by
+    every tenant (only for pools whose prompts are not private)."""
+
+
+class AffinityConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Prompt-prefix affinity: send a prompt to the replica that already holds its prefix in its KV cache."""
+
+    enabled: bool = True
+    """Prefer the replica holding the longest matching prefix."""
+    chunk_bytes: Annotated[int, msgspec.Meta(ge=16)] = 1024
+    """Size of one prefix chunk, in bytes of the canonical (UTF-8 JSON) prompt (about 4 bytes a token
+    of English: 1024 bytes is ~256 tokens). Prompts shorter than one chunk have no affinity."""
+    max_chunks: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 64
+    """Only the first this many chunks are hashed and looked up (bounds the one lookup's size)."""
+    ttl_s: PositiveSeconds = 600.0
+    """How long a prefix -> replica mapping lives after it was last recorded (about the engine's
+    prefix-cache lifetime under load)."""
+    max_load_factor: Annotated[float, msgspec.Meta(ge=1)] = 1.5
+    """The preferred replica is overridden when its load exceeds the pool's average by this factor."""
+    min_load_excess: Annotated[float, msgspec.Meta(ge=0)] = 1.0
+    """...and by at least this many outstanding requests (so one request in flight never overrides)."""
+    salt_requests: bool = True
+    """Add a per-tenant ``cache_salt`` to requests, so an engine's prefix cache never crosses tenants."""
+    salt_secret_env: str | None = "SWITCHYARD_CACHE_SALT_SECRET"
+    """Environment variable holding the HMAC secret of the salts; it must be the same on every gateway
+    replica (else the replicas' salts differ and the engines' prefix caches stop matching)."""
+
+
+class EmbeddingCacheConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The per-input cache of ``/v1/embeddings``."""
+
+    enabled: bool = True
+    """Serve cached vectors and call the upstream only for the inputs it misses."""
+    ttl_s: PositiveSeconds = 86400.0
+    """How long a vector lives (an embedding model's output never changes)."""
+    scope: Scope = "tenant"
+    """``tenant``: vectors are cached per tenant; ``global``: shared (saves more, but tells a tenant,
+    by timing, whether someone else embedded a string)."""
+
+
+class PoolCacheConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Per-pool overrides; ``None`` keeps the policy-wide value."""
+
+    response: bool | None = None
+    """Turn the response cache on or off for this pool."""
+    cache_nondeterministic: bool | None = None
+    """Opt this pool in (or out) of caching sampled requests."""
+    ttl_s: PositiveSeconds | None = None
+    """This pool's response-cache TTL."""
+    affinity: bool | None = None
+    """Turn prefix affinity on or off for this pool."""
+
+
+class CacheConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """All the caches' settings."""
+
+    response: ResponseCacheConfig = ResponseCacheConfig()
+    affinity: AffinityConfig = AffinityConfig()
+    embeddings: EmbeddingCacheConfig = EmbeddingCacheConfig()
+    pools: dict[str, PoolCacheConfig] = msgspec.field(default_factory=dict)
+    """Overrides by pool name."""
+
+    def response_for(self, pool: str) -> ResponseCacheConfig:
+        """The response-cache settings of ``pool``, its overrides applied."""
+        override = self.pools.get(pool)
+        if override is None:
+            return self.response
+        changes: dict[str, object] = {}
+        if override.response is not None:
+            changes["enabled"] = override.response
+        if override.cache_nondeterministic is not None:
+            changes["cache_nondeterministic"] = override.cache_nondeterministic
+        if override.ttl_s is not None:
+            changes["ttl_s"] = override.ttl_s
+        return msgspec.structs.replace(self.response, **changes) if changes else self.response
+
+    def affinity_enabled_for(self, pool: str) -> bool:
+        override = self.pools.get(pool)
+        if override is not None and override.affinity is not None:
+            return override.affinity
+        return self.affinity.enabled

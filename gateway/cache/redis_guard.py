@@ -1,0 +1,98 @@
+"""Every Redis call of the caches goes through one guard: bounded in time, never raising.
+
+A cache is an optimisation, so a Redis failure must never fail a request: the guard turns any
+failure (refused, reset, timed out, an error reply) into the caller's default (a miss, "not stored"),
+reports ``"error"`` to the metric hook, and logs one warning per outage (one info line when Redis
+answers again). After a failure the circuit stays open for ``retry_interval_s``: calls in that time
+get the default at once instead of each waiting out a timeout; then the next call tries Redis again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+T = TypeVar("T")
+EventHook = Callable[..., None]
+"""``on_event(name: str, n: int = 1)``: the metric hook of every cache (names in CACHE_README.md)."""
+
+logger = logging.getLogger("switchyard.cache")
+
+
+def no_events(name: str, n: int = 1) -> None:
+    """The default metric hook: counts nothing."""
+
+
+def connect(url: str, *, timeout_s: float, max_connections: int = 256) -> aioredis.Redis:
+    """A redis.asyncio client for caches: short socket timeouts, no retries (the guard decides)."""
+    return aioredis.Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 0),
+        retry_on_timeout=False,
+        health_check_interval=0,
+        max_connections=max_connections,
+    )
+
+
+class RedisGuard:
+    """Runs Redis calls with a time bound and a small circuit breaker (see the module docstring).
+
+    Args:
+        timeout_s: the most one call may take, connecting included.
+        retry_interval_s: how long after a failure calls skip Redis.
+        on_event: the metric hook; gets ``"error"`` for each call that could not use Redis.
+        name: names the cache in log lines.
+        clock: monotonic seconds (injected for tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float,
+        retry_interval_s: float = 1.0,
+        on_event: EventHook = no_events,
+        name: str = "cache",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.retry_interval_s = retry_interval_s
+        self.on_event = on_event
+        self.name = name
+        self._clock = clock
+        self._open_until = 0.0
+        self._is_down = False
+
+    @property
+    def is_down(self) -> bool:
+        """True from a failure until Redis answers again."""
+        return self._is_down
+
+    async def run(self, operation: Callable[[], Awaitable[T]], default: T) -> T:
+        """``await operation()``, or ``default`` if Redis is down, fails or is too slow."""
+        if self._is_down and self._clock() < self._open_until:
+            self.on_event("error")
+            return default
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                result = await operation()
+        except (RedisError, OSError, TimeoutError) as exc:
+            if not self._is_down:
+                logger.warning("%s: Redis unavailable, serving misses until it answers: %r", self.name, exc)
+            self._is_down = True
+            self._open_until = self._clock() + self.retry_interval_s
+            self.on_event("error")
+            return default
+        if self._is_down:
+            logger.info("%s: Redis answers again", self.name)
+            self._is_down = False
+        return result

@@ -173,21 +173,7 @@ class Gateway:
             return call, error
 
     async def _record(self, call: Call, error: GatewayError | None) -> None:
-        endpoint = call.endpoint.name.lower()
-        pool = call.pool or "-"
-        status = 200 if error is None else status_of(error)
-        now = time.perf_counter()
-        m = self.metrics
-        m.count_request(endpoint, pool, status)
-        m.observe_latency(
-            endpoint, pool, now - call.started_at, max(0.0, now - call.started_at - call.upstream_s)
-        )
-        if call.first_token_at is not None:
-            m.time_to_first_token.labels(pool).observe(call.first_token_at - call.started_at)
-        if call.usage is not None:
-            m.count_tokens(pool, call.usage.input_tokens, call.usage.output_tokens)
-        if error is not None and status >= 500:
-            m.upstream_errors.labels(pool, error.code or "error").inc()
+        self.metrics.record_call(call, error)
 
     def _error_response(self, error: GatewayError, request_id: str) -> Response[bytes]:
         status, body, headers = render(error)

@@ -101,6 +101,14 @@ class Call:
     """Prompt tokens as the gateway counted them (tiktoken), when a stage needed them."""
     num_events: int = 0
     """Stream events relayed to the client (an output-token estimate when usage never came)."""
+    cache_status: str | None = None
+    """``hit`` | ``miss`` | ``bypass`` when the response cache looked at this call."""
+    route_reason: str | None = None
+    """Why this pool was chosen (``alias``, ``learned p(large)=0.81``, ...)."""
+    attempts: int = 0
+    """Upstream attempts made (retries included)."""
+    span: Any = None
+    """The request's tracing span, when tracing is on (owned by gateway.tracing)."""
     """Whether the client asked for the usage chunk of a stream."""
     started_at: float = field(default_factory=time.perf_counter)
     pool: str | None = None

@@ -6,10 +6,17 @@ Labels never carry API keys or prompt content.
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from gateway.errors import status_of
+
+if TYPE_CHECKING:
+    from gateway.errors import GatewayError
+    from gateway.pipeline import Call
 
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 OVERHEAD_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
@@ -118,6 +125,23 @@ class Metrics:
             )
         children[0].inc(input_tokens)
         children[1].inc(output_tokens)
+
+    def record_call(self, call: Call, error: GatewayError | None) -> None:
+        """Everything a finished call tells the metrics (runs once per call, at its end)."""
+        endpoint = call.endpoint.name.lower()
+        pool = call.pool or "-"
+        status = 200 if error is None else status_of(error)
+        now = time.perf_counter()
+        self.count_request(endpoint, pool, status)
+        self.observe_latency(
+            endpoint, pool, now - call.started_at, max(0.0, now - call.started_at - call.upstream_s)
+        )
+        if call.first_token_at is not None:
+            self.time_to_first_token.labels(pool).observe(call.first_token_at - call.started_at)
+        if call.usage is not None:
+            self.count_tokens(pool, call.usage.input_tokens, call.usage.output_tokens)
+        if error is not None and status >= 500:
+            self.upstream_errors.labels(pool, error.code or "error").inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

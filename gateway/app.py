@@ -14,12 +14,24 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 from litestar import Litestar, MediaType, Request, Response, get
 from litestar.exceptions import HTTPException
 
+from gateway.cache import (
+    AffinityMap,
+    MemoryAffinityMap,
+    MemoryResponseCache,
+    RedisAffinityMap,
+    RedisResponseCache,
+    ResponseCache,
+    SingleFlight,
+)
+from gateway.cache.blobs import Blobs, MemoryBlobs, RedisBlobs
+from gateway.cache.embedding_cache import EmbeddingCache, MemoryEmbeddingCache, RedisEmbeddingCache
 from gateway.errors import (
     AuthenticationFailed,
     BodyTooLarge,
@@ -41,9 +53,12 @@ from gateway.routing.balancer import Balancer
 from gateway.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse_body
 from gateway.settings import Settings
 from gateway.stages.auth import Authenticate, KeyIndexCache, bearer_token
+from gateway.stages.cache import ResponseCacheStage
+from gateway.stages.embeddings import EmbeddingCacheStage
 from gateway.stages.limits import EnforceLimits, month_of
 from gateway.stages.pick import PickReplica
-from gateway.stages.resolve import ResolveModel
+from gateway.stages.retry import CallWithRetries
+from gateway.stages.route import ClassifierCache, RouteModel
 from gateway.stages.upstream import CallUpstream
 from gateway.stores import FailoverStore, MemoryStore, RedisStore, Store, StoreUnavailable
 from gateway.telemetry import Metrics
@@ -59,12 +74,55 @@ def build_pipeline(gateway: Gateway) -> Pipeline:
     return Pipeline(
         [
             Authenticate(gateway.keys),  # who is calling (401)
-            ResolveModel(gateway.keys),  # model -> pool, and may this key use it (404)
-            EnforceLimits(gateway.store, on_reject=gateway.count_rejection),  # 429 / 503
-            PickReplica(gateway.balancer),  # which replica of the pool (503)
-            CallUpstream(gateway.client, gateway.balancer),  # call it, relay the answer
+            RouteModel(gateway.keys, gateway.classifiers, gateway.caches.sticky),  # which pool (404)
+            EnforceLimits(gateway.store, on_reject=gateway.count_rejection),  # may it (429 / 503)
+            ResponseCacheStage(gateway.caches.responses, gateway.caches.flights),  # a repeat? (hit)
+            EmbeddingCacheStage(gateway.caches.embeddings),  # embeddings we already have
+            CallWithRetries(  # which replica (affinity, balancer), call it, retry before the first byte
+                PickReplica(
+                    gateway.balancer, gateway.caches.affinity, on_event=gateway.metrics.cache_hook("affinity")
+                ),
+                CallUpstream(gateway.client, gateway.balancer),
+            ),
         ]
     )
+
+
+@dataclass(frozen=True)
+class Caches:
+    """The caches and the shared maps, in Redis or in this process."""
+
+    responses: ResponseCache
+    flights: SingleFlight
+    affinity: AffinityMap
+    embeddings: EmbeddingCache
+    sticky: Blobs
+    """Conversation -> pool, for sticky tier routing."""
+
+    async def close(self) -> None:
+        for closable in (self.responses, self.affinity, self.embeddings, self.sticky):
+            await closable.close()
+
+
+def build_caches(policy: Policy, metrics: Metrics) -> Caches:
+    """Redis-backed caches when the store's Redis URL is set (shared by all replicas), else memory."""
+    url = os.environ.get(policy.store.url_env) if policy.store.url_env else None
+    responses: ResponseCache
+    affinity: AffinityMap
+    embeddings: EmbeddingCache
+    sticky: Blobs
+    if url:
+        responses = RedisResponseCache(url, on_event=metrics.cache_hook("response"))
+        affinity = RedisAffinityMap(url, on_event=metrics.cache_hook("affinity"))
+        embeddings = RedisEmbeddingCache(url, on_event=metrics.cache_hook("embedding"))
+        sticky = RedisBlobs(url, on_event=metrics.cache_hook("sticky"), name="sticky tiers")
+    else:
+        responses = MemoryResponseCache(on_event=metrics.cache_hook("response"))
+        affinity = MemoryAffinityMap(on_event=metrics.cache_hook("affinity"))
+        embeddings = MemoryEmbeddingCache(on_event=metrics.cache_hook("embedding"))
+        sticky = MemoryBlobs(4 * 1024 * 1024)
+    flights = SingleFlight(responses, on_event=metrics.cache_hook("response"))
+    return Caches(responses, flights, affinity, embeddings, sticky)
 
 
 def build_store(policy: Policy, *, on_fallback: Callable[[str], None] | None = None) -> Store:
@@ -92,6 +150,7 @@ class Gateway:
         reloader: PolicyReloader,
         metrics: Metrics,
         store: Store | None = None,
+        caches: Caches | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
@@ -99,6 +158,8 @@ class Gateway:
         self.metrics = metrics
         self.store = store or build_store(reloader.policy, on_fallback=self._count_fallback)
         self.keys = KeyIndexCache()
+        self.classifiers = ClassifierCache()
+        self.caches = caches or build_caches(reloader.policy, metrics)
         self.balancer = Balancer()
         self.reloader.subscribe(self.balancer.update)
         self.reloader.subscribe(self._count_reload)
@@ -166,7 +227,10 @@ class Gateway:
                 started_at=started,
             )
             call.on_finish(self._record)
-            return call, await self.pipeline.run(call)
+            result = await self.pipeline.run(call)
+            for result_filter in call.result_filters:
+                result = await result_filter(call, result)
+            return call, result
         except GatewayError as error:
             if call is None:
                 self.metrics.count_request(endpoint.name.lower(), "-", status_of(error))
@@ -315,6 +379,7 @@ def create_app(
         await reloader.stop()
         await client.close()
         await gateway.store.close()
+        await gateway.caches.close()
 
     app = Litestar(
         route_handlers=[

@@ -21,6 +21,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.errors import GatewayError
+from gateway.tracing import REQUEST_SPAN
 
 if TYPE_CHECKING:
     from gateway.policy import ApiKey, Policy
@@ -76,6 +77,7 @@ class StreamResult:
 
 
 Finisher = Callable[["Call", GatewayError | None], Awaitable[None]]
+ResultFilter = Callable[["Call", "BytesResult | StreamResult"], Awaitable["BytesResult | StreamResult"]]
 
 
 @dataclass(slots=True)
@@ -109,6 +111,8 @@ class Call:
     """Upstream attempts made (retries included)."""
     span: Any = None
     """The request's tracing span, when tracing is on (owned by gateway.tracing)."""
+    result_filters: list[ResultFilter] = field(default_factory=list)
+    """Applied to the result after the pipeline (a cache tapping a stream, embeddings merging)."""
     """Whether the client asked for the usage chunk of a stream."""
     started_at: float = field(default_factory=time.perf_counter)
     pool: str | None = None
@@ -157,11 +161,21 @@ class Pipeline:
         self.stages = tuple(stages)
 
     async def run(self, call: Call) -> BytesResult | StreamResult:
+        span = call.span
+        if span is None and (span := REQUEST_SPAN.get()) is not None:  # a sampled request (gateway.tracing)
+            call.span = span
+            span.describe_call(call)
         try:
-            for stage in self.stages:
-                await stage(call)
-                if call.result is not None:
-                    break
+            if span is None:  # not traced: the plain walk
+                for stage in self.stages:
+                    await stage(call)
+                    if call.result is not None:
+                        break
+            else:  # traced: each stage in its own child span
+                for stage in self.stages:
+                    await span.run_stage(stage, call)
+                    if call.result is not None:
+                        break
         except GatewayError as error:
             await call.finish(error)
             raise

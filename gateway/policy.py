@@ -17,6 +17,10 @@ from urllib.parse import urlsplit
 import msgspec
 import yaml
 
+from gateway.cache.config import CacheConfig
+from gateway.routing.classifier import ClassifierLoadError, build_classifier
+from gateway.routing.config import ClassifierConfig
+
 PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
 Name = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN, max_length=128)]
@@ -52,6 +56,9 @@ class Replica(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Relative share of traffic for weighted balancing."""
     name: str | None = None
     """A label for metrics and logs; defaults to host:port."""
+    send_cache_salt: bool = False
+    """Add a per-tenant ``cache_salt`` field to requests (the reference engine and vLLM honour it:
+    their prefix caches then never cross tenants). Leave off for servers that reject unknown fields."""
 
     @property
     def label(self) -> str:
@@ -158,6 +165,19 @@ class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Output tokens reserved when a request gives no ``max_tokens``."""
 
 
+class Retry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Retries of failed upstream attempts (before the first byte reached the client)."""
+
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=10)] = 3
+    """Attempts in all, the first included."""
+    backoff_s: Annotated[float, msgspec.Meta(ge=0)] = 0.025
+    """The first pause; it doubles per attempt, with +-50% jitter."""
+    max_backoff_s: Annotated[float, msgspec.Meta(ge=0)] = 1.0
+    on_timeout: bool = False
+    """Also retry an attempt that timed out before its first byte (off: a replica too slow to answer
+    is usually overloaded, and a retry doubles its load)."""
+
+
 class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Request-shape limits."""
 
@@ -174,26 +194,42 @@ class Policy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     aliases: dict[Name, Name] = msgspec.field(default_factory=dict)
     """Model names clients use -> pool name (``gpt-4o-mini: small``)."""
     timeouts: Timeouts = Timeouts()
+    retry: Retry = Retry()
     limits: Limits = Limits()
     auth: Auth = Auth()
     keys: tuple[ApiKey, ...] = ()
     """Client API keys, by hash."""
     tenants: dict[Name, Tenant] = msgspec.field(default_factory=dict)
     store: StoreConfig = StoreConfig()
+    cache: CacheConfig = CacheConfig()
+    """Response cache, prompt-prefix affinity and embedding cache."""
+    classifier: ClassifierConfig | None = None
+    """How ``model: "auto"`` picks a pool (rules, learned or examples); None: "auto" is unknown."""
+    auto_model: Name = "auto"
+    """The model name that asks the classifier to choose (aliases may point at it too)."""
     source: str = ""
     """The file this policy came from (filled by the loader)."""
 
     def pool_for_model(self, model: str) -> str | None:
-        """The pool serving ``model`` (a pool name or an alias), or None."""
+        """The pool serving ``model`` (a pool name or an alias), or None; the auto model gives
+        ``auto_model`` (the classifier decides)."""
         if model in self.pools:
             return model
+        if model == self.auto_model and self.classifier is not None:
+            return self.auto_model
         return self.aliases.get(model)
+
+    def is_auto(self, model: str) -> bool:
+        return self.classifier is not None and self.pool_for_model(model) == self.auto_model
 
     def timeouts_for(self, pool: str) -> Timeouts:
         return self.pools[pool].timeouts or self.timeouts
 
     def model_names(self) -> list[str]:
-        return [*self.pools, *self.aliases]
+        auto = (
+            [self.auto_model] if self.classifier is not None and self.auto_model not in self.aliases else []
+        )
+        return [*self.pools, *self.aliases, *auto]
 
 
 _MSGSPEC_PATH = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
@@ -224,6 +260,8 @@ def _check(policy: Policy) -> list[str]:
     for alias, target in policy.aliases.items():
         if alias in policy.pools:
             problems.append(f"aliases.{alias}: is also a pool name")
+        if target == policy.auto_model and policy.classifier is not None:
+            continue
         if target not in policy.pools:
             problems.append(
                 f"aliases.{alias}: expected one of the pools ({', '.join(policy.pools)}), got {target!r}"
@@ -246,6 +284,16 @@ def _check(policy: Policy) -> list[str]:
         for pool_name in tenant.pools:
             if pool_name not in policy.pools:
                 problems.append(f"tenants.{tenant_name}.pools.{pool_name}: unknown pool")
+    for pool_name in policy.cache.pools:
+        if pool_name not in policy.pools:
+            problems.append(f"cache.pools.{pool_name}: unknown pool")
+    if policy.auto_model in policy.pools:
+        problems.append(f"auto_model: {policy.auto_model!r} is also a pool name")
+    if policy.classifier is not None:
+        try:
+            build_classifier(policy.classifier, pools=list(policy.pools))
+        except ClassifierLoadError as e:
+            problems.append(f"classifier: {e}")
     return problems
 
 

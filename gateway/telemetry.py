@@ -1,23 +1,59 @@
 """Every metric the gateway exports, named in one place.
 
 Each app gets its own ``CollectorRegistry`` so that several apps (tests, workers) never collide.
-Labels never carry API keys or prompt content.
+Labels never carry API keys or prompt content; tenants label token counters only when the policy's
+``telemetry.tenant_labels`` allows it.
+
+Several worker processes (``switchyard serve --workers N``): the parent calls
+:func:`prepare_multiprocess` (an empty directory in ``PROMETHEUS_MULTIPROC_DIR``) before any worker
+starts, so that each worker's prometheus_client keeps its values in memory-mapped files there, and
+``Metrics.render()`` answers with the sum over all workers (``MultiProcessCollector``): whichever
+worker a scrape reaches, the counts are the whole server's. Replica gauges are written by the worker
+that serves a scrape and summed (``livesum``) or maxed (``livemax``) over live workers.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gateway.errors import status_of
+from gateway.telemetry_config import TelemetryCache
 
 if TYPE_CHECKING:
     from gateway.errors import GatewayError
     from gateway.pipeline import Call
+    from gateway.routing.balancer import ReplicaState
 
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+BREAKER_STATES = ("closed", "half_open", "open")
+
+
+def prepare_multiprocess(directory: str | os.PathLike[str]) -> Path:
+    """Multi-worker metrics: empty ``directory`` (a previous run's files would add up) and export it as
+    ``PROMETHEUS_MULTIPROC_DIR``. Call it in the parent before the workers start (prometheus_client
+    picks its value class when it is first imported, in each worker)."""
+    path = Path(directory)
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    os.environ[MULTIPROC_ENV] = str(path)
+    return path
+
+
+def is_multiprocess() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+TPOT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5)
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 OVERHEAD_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 
@@ -74,6 +110,34 @@ class Metrics:
             "Requests in flight per replica.",
             ("pool", "replica"),
             registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.time_per_output_token = Histogram(
+            "switchyard_time_per_output_token_seconds",
+            "Streamed responses: time after the first token, per further output token.",
+            ("pool",),
+            buckets=TPOT_BUCKETS_S,
+            registry=r,
+        )
+        self.tenant_tokens = Counter(
+            "switchyard_tenant_tokens",
+            "Tokens by tenant, pool and direction (only when the policy's telemetry.tenant_labels is on).",
+            ("tenant", "pool", "direction"),
+            registry=r,
+        )
+        self.replica_breaker_state = Gauge(
+            "switchyard_replica_breaker_state",
+            "1 for the circuit-breaker state each replica is in (closed, half_open, open), else 0.",
+            ("pool", "replica", "state"),
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.replica_load = Gauge(
+            "switchyard_replica_load",
+            "A replica's load as last scraped from its /metrics (running, waiting, kv_cache_usage).",
+            ("pool", "replica", "signal"),
+            registry=r,
+            multiprocess_mode="livemax",
         )
         self.rate_limited = Counter(
             "switchyard_rate_limited",
@@ -87,6 +151,13 @@ class Metrics:
             ("reason",),
             registry=r,
         )
+        self.cache_events = Counter(
+            "switchyard_cache_events",
+            "Cache events by cache and kind (hit, miss, bypass, store, evict, oversize, corrupt, error, "
+            "affinity_hit, affinity_override, affinity_miss, flight_follow, ...).",
+            ("cache", "event"),
+            registry=r,
+        )
         self.policy_reloads = Counter(
             "switchyard_policy_reloads",
             "Policy reload attempts by result.",
@@ -95,6 +166,9 @@ class Metrics:
         )
 
         self._children: dict[tuple[object, ...], Any] = {}
+        self._telemetry = TelemetryCache()
+        if is_multiprocess():  # a worker's live gauges leave with it
+            atexit.register(multiprocess.mark_process_dead, os.getpid())
 
     # the hot path: labelled children are cached (prometheus_client's .labels() locks and validates)
     def count_request(self, endpoint: str, pool: str, status: int) -> None:
@@ -126,6 +200,40 @@ class Metrics:
         children[0].inc(input_tokens)
         children[1].inc(output_tokens)
 
+    def observe_stream(self, pool: str, now: float, call: Call) -> None:
+        """Time to first token and time per further output token of a streamed response."""
+        key = ("stream", pool)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.time_to_first_token.labels(pool),
+                self.time_per_output_token.labels(pool),
+            )
+        assert call.first_token_at is not None
+        children[0].observe(call.first_token_at - call.started_at)
+        num_tokens = call.usage.output_tokens if call.usage is not None else call.num_events
+        if num_tokens > 1:
+            children[1].observe((now - call.first_token_at) / (num_tokens - 1))
+
+    def update_replicas(self, states: Iterable[ReplicaState]) -> None:
+        """Replica gauges (load, breaker state), read from the balancer when /metrics is scraped."""
+        for state in states:
+            pool, label = state.pool, state.label
+            self.replica_outstanding.labels(pool, label).set(state.outstanding)
+            breaker = getattr(state, "breaker", None)
+            current = getattr(breaker, "state", None)
+            if current is not None:
+                for name in BREAKER_STATES:
+                    self.replica_breaker_state.labels(pool, label, name).set(1 if current == name else 0)
+            for signal, attr in (
+                ("running", "num_running"),
+                ("waiting", "num_waiting"),
+                ("kv_cache_usage", "kv_cache_usage"),
+            ):
+                value = getattr(state, attr, None)
+                if value is not None:
+                    self.replica_load.labels(pool, label, signal).set(value)
+
     def record_call(self, call: Call, error: GatewayError | None) -> None:
         """Everything a finished call tells the metrics (runs once per call, at its end)."""
         endpoint = call.endpoint.name.lower()
@@ -137,11 +245,31 @@ class Metrics:
             endpoint, pool, now - call.started_at, max(0.0, now - call.started_at - call.upstream_s)
         )
         if call.first_token_at is not None:
-            self.time_to_first_token.labels(pool).observe(call.first_token_at - call.started_at)
+            self.observe_stream(pool, now, call)
         if call.usage is not None:
             self.count_tokens(pool, call.usage.input_tokens, call.usage.output_tokens)
+            if self._telemetry.get(call.policy).tenant_labels:
+                self.tenant_tokens.labels(call.tenant, pool, "input").inc(call.usage.input_tokens)
+                self.tenant_tokens.labels(call.tenant, pool, "output").inc(call.usage.output_tokens)
         if error is not None and status >= 500:
             self.upstream_errors.labels(pool, error.code or "error").inc()
 
+    def cache_hook(self, cache: str) -> Callable[..., None]:
+        """An ``on_event(name, n=1)`` hook for one cache, counting into ``switchyard_cache_events``."""
+        children: dict[str, Any] = {}
+
+        def on_event(event: str, n: int = 1) -> None:
+            child = children.get(event)
+            if child is None:
+                child = children[event] = self.cache_events.labels(cache, event)
+            child.inc(n)
+
+        return on_event
+
     def render(self) -> bytes:
+        """The text exposition: this process's registry, or every worker's sum in multi-worker mode."""
+        if is_multiprocess():
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
         return generate_latest(self.registry)

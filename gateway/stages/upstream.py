@@ -25,6 +25,7 @@ from gateway.errors import (
 from gateway.pipeline import BytesResult, Call, StreamResult
 from gateway.routing.balancer import Balancer, ReplicaState
 from gateway.sse import DONE_EVENT, SSERelay, model_rewriter, read_body_usage, rewrite
+from gateway.tracing import AttemptSpan
 from gateway.upstream_client import UpstreamClient, UpstreamResponse
 
 _encode = msgspec.json.encode
@@ -33,6 +34,18 @@ _MAX_ERROR_BODY = 64 * 1024
 
 class _ErrorProbe(msgspec.Struct):
     error: dict[str, object]
+
+
+def _output_messages(payload: bytes) -> list[object]:
+    """The choices' messages (or texts) of a plain response, for content capture only."""
+    try:
+        document = msgspec.json.decode(payload)
+    except msgspec.DecodeError:
+        return []
+    choices = document.get("choices") if isinstance(document, dict) else None
+    if not isinstance(choices, list):
+        return []
+    return [c.get("message") or c.get("text") for c in choices if isinstance(c, dict)]
 
 
 def _relayable_error(status: int, body: bytes) -> UpstreamStatusError:
@@ -76,9 +89,20 @@ class CallUpstream:
                 {**options, "include_usage": True} if isinstance(options, dict) else {"include_usage": True}
             )
         headers = {"Content-Type": "application/json", "X-Request-Id": call.request_id, **state.headers}
-        traceparent = call.headers.get("traceparent")
-        if traceparent:
-            headers["traceparent"] = traceparent
+        attempt: AttemptSpan | None = None
+        if call.span is not None:  # traced: the replica continues this attempt's span
+            attempt = call.span.start_attempt(call, replica.model, state.label, max(call.attempts, 1))
+            headers["traceparent"] = attempt.traceparent
+            tracestate = call.headers.get("tracestate")
+            if tracestate:
+                headers["tracestate"] = tracestate
+        else:  # not traced here: the caller's trace context passes through untouched
+            traceparent = call.headers.get("traceparent")
+            if traceparent:
+                headers["traceparent"] = traceparent
+                tracestate = call.headers.get("tracestate")
+                if tracestate:
+                    headers["tracestate"] = tracestate
         timeouts = call.policy.timeouts_for(call.pool)
         what = f"upstream {state.label}"
 
@@ -89,32 +113,47 @@ class CallUpstream:
             response = await self.client.post(
                 replica.base_url.rstrip("/") + call.endpoint.value, _encode(body), headers, timeouts, what
             )
-        except (UpstreamError, UpstreamTimeout):
-            self.balancer.record_failure(state)
+        except BaseException as error:
+            if isinstance(error, UpstreamError | UpstreamTimeout):
+                self.balancer.record_failure(state)
+            if attempt is not None:
+                attempt.end(call, error)
             raise
         replacements = model_rewriter(replica.model, call.model)
-        if response.status != 200:
-            await self._raise_for_status(response, state)
-        if not call.is_stream:
-            payload = await response.read()
+        if not call.is_stream or response.status != 200:
+            try:
+                if response.status != 200:
+                    await self._raise_for_status(response, state)
+                payload = await response.read()
+            except BaseException as error:
+                if attempt is not None:
+                    attempt.end(call, error)
+                raise
             response.release()
             call.upstream_s += time.perf_counter() - sent_at
             self.balancer.record_success(state)
             call.usage, call.finish_reasons = read_body_usage(payload)
             call.result = BytesResult(200, rewrite(payload, replacements))
+            if attempt is not None:
+                if call.span.config.capture_content:
+                    attempt.record_output(_output_messages(payload))
+                attempt.end(call)
             return
         relay = SSERelay(replacements, drop_usage_chunk=not call.include_usage)
         chunks = response.chunks(timeouts.idle_s)
         try:
             first = await self._first_events(chunks, relay)
-        except GatewayError:
+        except BaseException as error:
             response.close()
-            self.balancer.record_failure(state)
+            if isinstance(error, GatewayError):
+                self.balancer.record_failure(state)
+            if attempt is not None:
+                attempt.end(call, error)
             raise
         call.upstream_s += time.perf_counter() - sent_at
         call.first_token_at = time.perf_counter()
         self.balancer.record_success(state)
-        call.result = StreamResult(_relay(call, response, chunks, relay, first))
+        call.result = StreamResult(_relay(call, response, chunks, relay, first, attempt))
 
     async def _raise_for_status(self, response: UpstreamResponse, state: ReplicaState) -> None:
         try:
@@ -147,7 +186,12 @@ def _release(state: ReplicaState):  # type: ignore[no-untyped-def]
 
 
 async def _relay(
-    call: Call, response: UpstreamResponse, chunks: AsyncIterator[bytes], relay: SSERelay, first: bytes
+    call: Call,
+    response: UpstreamResponse,
+    chunks: AsyncIterator[bytes],
+    relay: SSERelay,
+    first: bytes,
+    attempt: AttemptSpan | None,
 ) -> AsyncIterator[bytes]:
     """The client's stream: the first events, then the rest as they arrive, then the end."""
     error: GatewayError | None = None
@@ -180,4 +224,6 @@ async def _relay(
         call.usage = relay.usage
         call.finish_reasons = relay.finish_reasons
         call.num_events = relay.num_events
+        if attempt is not None:
+            attempt.end(call, error)
         await call.finish(error)

@@ -11,6 +11,8 @@ every replica of a test policy:
 - ``malformed-sse`` a stream whose second event is not JSON
 - ``cut-stream``    a stream that stops (connection closed) after two events
 - ``slow-stream``   a stream with one event per 50 ms, 200 events (for disconnect tests)
+- ``slow-echo``     like ``echo`` after 300 ms (for single-flight tests)
+- ``ratelimited``   an OpenAI-shaped 429
 
 Every request's JSON body is recorded in ``requests``; streams the client abandoned are counted
 in ``num_streams_cancelled`` with the time the upstream noticed.
@@ -134,6 +136,12 @@ class FakeUpstream:
             )
         if model == "hang":
             await asyncio.sleep(3600)
+        if model == "slow-echo":
+            await asyncio.sleep(0.3)
+        if model == "ratelimited":
+            return body, model, web.json_response(
+                {"error": {"message": "slow down", "type": "rate_limit_error", "param": None,
+                           "code": "rate_limit_exceeded"}}, status=429, headers={"Retry-After": "1"})
         if model == "bad-json":
             return (
                 body,

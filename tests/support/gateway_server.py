@@ -42,6 +42,9 @@ def fake_policy(base_url: str, **extra: Any) -> dict[str, Any]:
         },
         "aliases": {"gpt-4o-mini": "small"},
         "auth": {"required": False},
+        # one attempt: fault tests see each upstream failure as it is (tests/gateway/stages/test_retry.py
+        # covers retries)
+        "retry": {"max_attempts": 1},
         "store": {"url_env": None},
     }
     document.update(extra)

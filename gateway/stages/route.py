@@ -1,0 +1,111 @@
+"""Stage: route the requested model to a pool.
+
+A pool name or an alias routes directly. The auto model (``model: "auto"``, or an alias pointing at
+it) asks the policy's tier classifier; a conversation keeps the tier its first turn got (shared by
+every gateway replica through the store) unless the policy turns stickiness off. A model the key
+may not use is OpenAI's 404. The choice and its reason go to ``x-switchyard-pool`` and
+``x-switchyard-route-reason``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gateway.cache.blobs import Blobs
+from gateway.errors import ModelNotFound
+from gateway.pipeline import Call, Endpoint
+from gateway.policy import Policy
+from gateway.routing.classifier import Classifier, ClassifyInput, build_classifier, conversation_key
+from gateway.stages.auth import KeyIndexCache
+
+logger = logging.getLogger("switchyard.route")
+STICKY_TTL_S = 24 * 3600.0
+
+
+class ClassifierCache:
+    """The classifier of the policy a call runs under (built again only when the policy changes)."""
+
+    def __init__(self) -> None:
+        self._policy: Policy | None = None
+        self._classifier: Classifier | None = None
+
+    def get(self, policy: Policy) -> Classifier | None:
+        if policy.classifier is None:
+            return None
+        if self._policy is not policy or self._classifier is None:
+            self._classifier = build_classifier(policy.classifier, pools=list(policy.pools))
+            self._policy = policy
+        return self._classifier
+
+
+def _classify_input(call: Call) -> ClassifyInput:
+    body: dict[str, Any] = call.body
+    if call.endpoint is Endpoint.CHAT:
+        response_format = body.get("response_format")
+        json_mode = isinstance(response_format, dict) and response_format.get("type") in (
+            "json_object",
+            "json_schema",
+        )
+        return ClassifyInput(
+            messages=body.get("messages") or [],
+            tools=bool(body.get("tools")),
+            json_mode=json_mode,
+            num_prompt_tokens=call.num_prompt_tokens,
+        )
+    prompt = body.get("prompt") if call.endpoint is Endpoint.COMPLETIONS else body.get("input")
+    return ClassifyInput(
+        messages=[],
+        prompt=prompt if isinstance(prompt, str) else None,
+        num_prompt_tokens=call.num_prompt_tokens,
+    )
+
+
+class RouteModel:
+    """``model`` -> ``call.pool`` (and ``call.route_reason``)."""
+
+    name = "route"
+
+    def __init__(self, keys: KeyIndexCache, classifiers: ClassifierCache, sticky: Blobs) -> None:
+        self.keys = keys
+        self.classifiers = classifiers
+        self.sticky = sticky
+
+    async def __call__(self, call: Call) -> None:
+        policy = call.policy
+        pool = policy.pool_for_model(call.model)
+        if pool is None:
+            raise ModelNotFound.for_model(call.model)
+        if pool == policy.auto_model and policy.classifier is not None:
+            pool = await self._classify(call, policy)
+        else:
+            call.route_reason = "pool" if pool == call.model else "alias"
+        if call.key is not None and not self.keys.get(policy).may_use(call.key, call.model, pool):
+            raise ModelNotFound.for_model(call.model)  # OpenAI answers the same for "no access"
+        call.pool = pool
+        call.response_headers["x-switchyard-route-reason"] = call.route_reason or ""
+
+    async def _classify(self, call: Call, policy: Policy) -> str:
+        classifier = self.classifiers.get(policy)
+        assert classifier is not None and policy.classifier is not None
+        sticky_key = None
+        if policy.classifier.sticky_conversations and call.endpoint is Endpoint.CHAT:
+            conversation = conversation_key(call.body.get("messages") or [], namespace=call.tenant)
+            if conversation is not None:
+                sticky_key = f"sy:{{t:{call.tenant}}}:tier:{conversation}"
+                remembered = await self.sticky.get(sticky_key)
+                if remembered is not None and remembered.decode() in policy.pools:
+                    call.route_reason = "sticky conversation"
+                    return remembered.decode()
+        decision = classifier.classify(_classify_input(call))
+        pool = decision.pool
+        if call.key is not None and not self.keys.get(policy).may_use(call.key, call.model, pool):
+            allowed = [p for p in policy.pools if self.keys.get(policy).may_use(call.key, call.model, p)]
+            if allowed:  # the classifier's choice is out of this key's reach: its nearest allowed pool
+                pool = allowed[0]
+        call.route_reason = (
+            decision.reason if pool == decision.pool else f"{decision.reason}; key allows {pool}"
+        )
+        if sticky_key is not None:
+            await self.sticky.set(sticky_key, pool.encode(), STICKY_TTL_S)
+        return pool

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from gateway.access_log import AccessLog
 from gateway.errors import BodyTooLarge, GatewayError, MethodNotAllowed, render
 from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult
+from gateway.telemetry_config import TelemetryCache
+from gateway.tracing import REQUEST_SPAN, GatewayTracer, RequestSpan
 
 if TYPE_CHECKING:
     from litestar import Litestar
@@ -42,12 +46,53 @@ _SSE_HEADERS = [
 ]
 
 
+class Observer:
+    """What watches each proxied request: its trace (when sampled) and its access-log line."""
+
+    def __init__(
+        self,
+        tracer: GatewayTracer | None = None,
+        access_log: AccessLog | None = None,
+        telemetry: TelemetryCache | None = None,
+    ) -> None:
+        self.tracer = tracer or GatewayTracer.from_env()
+        self._access_log = access_log
+        self.telemetry = telemetry or TelemetryCache()
+        """The policy's telemetry section (with the environment's overrides)."""
+
+    @property
+    def access_log(self) -> AccessLog:
+        if self._access_log is None:  # built on first use: no stdout buffer when logs are off
+            self._access_log = AccessLog()
+        return self._access_log
+
+    def finish(
+        self,
+        gateway: Gateway,
+        span: RequestSpan | None,
+        endpoint: Endpoint,
+        request_id: str,
+        status: int,
+        started_at: float,
+        call: Call | None,
+        error: GatewayError | None,
+    ) -> None:
+        """The request is over: end its span and write its access-log line."""
+        trace_id = None
+        if span is not None:
+            trace_id = span.trace_id
+            span.finish(call, status, error)
+        if self.telemetry.get(gateway.policy).access_log:
+            self.access_log.write(endpoint.operation, request_id, status, started_at, call, error, trace_id)
+
+
 class ProxyApp:
     """The ASGI app uvicorn serves: the proxied endpoints here, the rest in Litestar."""
 
-    def __init__(self, gateway: Gateway, litestar: Litestar) -> None:
+    def __init__(self, gateway: Gateway, litestar: Litestar, observer: Observer | None = None) -> None:
         self.gateway = gateway
         self.litestar = litestar
+        self.observer = observer or Observer()
 
     @property
     def state(self) -> Any:
@@ -57,7 +102,7 @@ class ProxyApp:
         if scope["type"] == "http":
             endpoint = ROUTES.get(scope["path"])
             if endpoint is not None:
-                await serve(self.gateway, endpoint, scope, receive, send)
+                await serve(self.gateway, endpoint, scope, receive, send, self.observer)
                 return
         await self.litestar(scope, receive, send)  # type: ignore[arg-type]
 
@@ -108,39 +153,74 @@ async def _send_bytes(
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def serve(gateway: Gateway, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
+async def serve(
+    gateway: Gateway,
+    endpoint: Endpoint,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    observer: Observer | None = None,
+) -> None:
     """One proxied request, from ASGI scope to the last byte sent."""
+    started_at = time.perf_counter()
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
     request_id = gateway.request_id(headers)
-    call: Call | None = None
-    outcome: BytesResult | StreamResult | GatewayError
-    try:
-        if scope["method"] != "POST":
-            raise MethodNotAllowed(f"Method {scope['method']} is not allowed for {scope['path']}.")
-        raw = await read_body(receive, headers, gateway.settings.hard_max_body_bytes)
-        call, outcome = await gateway.handle(endpoint, headers, raw, request_id)
-    except GatewayError as error:
-        outcome = error
-    except Exception as error:  # a bug: still OpenAI-shaped, never a bare 500 page
-        logger.exception("unexpected error on %s", scope["path"])
-        outcome = GatewayError("The server had an error processing your request.")
-        if call is not None:
-            await call.finish(outcome)
-        del error
-    if isinstance(outcome, GatewayError):
-        status, body, extra = render(outcome)
-        await _send_bytes(send, status, _JSON, body, _header_list(request_id, call, extra))
-    elif isinstance(outcome, BytesResult):
-        await _send_bytes(
-            send,
-            outcome.status,
-            outcome.content_type.encode(),
-            outcome.body,
-            _header_list(request_id, call, {}),
+    span: RequestSpan | None = None
+    token = None
+    if observer is not None and observer.tracer.enabled:
+        span = observer.tracer.start_request(
+            headers, scope["method"], scope["path"], observer.telemetry.get(gateway.policy)
         )
-    else:
-        assert call is not None
-        await _send_stream(call, outcome, _header_list(request_id, call, {}), receive, send)
+        if span is not None:
+            token = REQUEST_SPAN.set(span)  # the pipeline picks it up
+    call: Call | None = None
+    outcome: BytesResult | StreamResult | GatewayError | None = None
+    status = 500
+    try:
+        try:
+            if scope["method"] != "POST":
+                raise MethodNotAllowed(f"Method {scope['method']} is not allowed for {scope['path']}.")
+            raw = await read_body(receive, headers, gateway.settings.hard_max_body_bytes)
+            call, outcome = await gateway.handle(endpoint, headers, raw, request_id)
+        except GatewayError as error:
+            outcome = error
+        except Exception as error:  # a bug: still OpenAI-shaped, never a bare 500 page
+            logger.exception("unexpected error on %s", scope["path"])
+            outcome = GatewayError("The server had an error processing your request.")
+            if call is not None:
+                await call.finish(outcome)
+            del error
+        if isinstance(outcome, GatewayError):
+            status, body, extra = render(outcome)
+            await _send_bytes(send, status, _JSON, body, _header_list(request_id, call, extra))
+        elif isinstance(outcome, BytesResult):
+            status = outcome.status
+            await _send_bytes(
+                send,
+                outcome.status,
+                outcome.content_type.encode(),
+                outcome.body,
+                _header_list(request_id, call, {}),
+            )
+        elif outcome is not None:
+            assert call is not None
+            status = outcome.status
+            await _send_stream(call, outcome, _header_list(request_id, call, {}), receive, send)
+    finally:
+        if token is not None:
+            REQUEST_SPAN.reset(token)
+        if observer is not None:
+            failure = outcome if isinstance(outcome, GatewayError) else None
+            observer.finish(
+                gateway,
+                span,
+                endpoint,
+                request_id,
+                status,
+                call.started_at if call is not None else started_at,
+                call,
+                failure,
+            )
 
 
 async def _send_stream(

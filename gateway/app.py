@@ -50,6 +50,7 @@ from gateway.policy import ApiKey, Policy
 from gateway.proxy import ProxyApp
 from gateway.reloader import PolicyReloader
 from gateway.routing.balancer import Balancer
+from gateway.routing.health import HealthChecker
 from gateway.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse_body
 from gateway.settings import Settings
 from gateway.stages.auth import Authenticate, KeyIndexCache, bearer_token
@@ -161,6 +162,7 @@ class Gateway:
         self.classifiers = ClassifierCache()
         self.caches = caches or build_caches(reloader.policy, metrics)
         self.balancer = Balancer()
+        self.health = HealthChecker(self.balancer, client)
         self.reloader.subscribe(self.balancer.update)
         self.reloader.subscribe(self._count_reload)
         self.pipeline = build_pipeline(self)
@@ -368,15 +370,17 @@ def create_app(
 
     @get("/metrics")
     async def metrics_endpoint() -> Response[bytes]:
-        for state in gateway.balancer.all_replicas():
-            gateway.metrics.replica_outstanding.labels(state.pool, state.label).set(state.outstanding)
+        gateway.balancer.breaker_states()  # lets breakers whose open time passed turn half-open
+        gateway.metrics.update_replicas(gateway.balancer.all_replicas())
         return Response(content=gateway.metrics.render(), media_type=gateway.metrics.content_type)
 
     async def on_startup() -> None:
         reloader.start()
+        gateway.health.start()
 
     async def on_shutdown() -> None:
         await reloader.stop()
+        await gateway.health.stop()
         await client.close()
         await gateway.store.close()
         await gateway.caches.close()

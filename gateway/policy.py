@@ -20,6 +20,7 @@ import yaml
 from gateway.cache.config import CacheConfig
 from gateway.routing.classifier import ClassifierLoadError, build_classifier
 from gateway.routing.config import ClassifierConfig
+from gateway.routing.routing_config import RoutingConfig, check_routing, convert_routing
 
 PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
@@ -203,6 +204,8 @@ class Policy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     store: StoreConfig = StoreConfig()
     cache: CacheConfig = CacheConfig()
     """Response cache, prompt-prefix affinity and embedding cache."""
+    routing: RoutingConfig = RoutingConfig()
+    """Replica choice, circuit breakers, health probes and pool fallbacks."""
     classifier: ClassifierConfig | None = None
     """How ``model: "auto"`` picks a pool (rules, learned or examples); None: "auto" is unknown."""
     auto_model: Name = "auto"
@@ -287,6 +290,7 @@ def _check(policy: Policy) -> list[str]:
     for pool_name in policy.cache.pools:
         if pool_name not in policy.pools:
             problems.append(f"cache.pools.{pool_name}: unknown pool")
+    problems.extend(check_routing(policy.routing, policy.pools))
     if policy.auto_model in policy.pools:
         problems.append(f"auto_model: {policy.auto_model!r} is also a pool name")
     if policy.classifier is not None:
@@ -327,6 +331,11 @@ def parse_policy(document: Any, source: str) -> Policy:
     """Validate a decoded YAML document into a Policy."""
     if not isinstance(document, Mapping):
         raise PolicyError(f"{source}: expected a mapping at the top level")
+    if "routing" in document:
+        try:
+            convert_routing(document["routing"])
+        except ValueError as e:
+            raise PolicyError(f"{source}: {e}") from None
     pools = document.get("pools")
     if isinstance(pools, Mapping):
         # msgspec names a dict key `[...]`: check each pool alone so the error can name it

@@ -46,61 +46,58 @@ class PickReplica:
 
     async def __call__(self, call: Call, exclude: tuple[ReplicaState, ...] = ()) -> None:
         assert call.pool is not None
-        state = None
         config = call.policy.cache.affinity
-        use_affinity = (
+        prefer: str | None = None
+        if (
             self.affinity is not None
             and call.endpoint is not Endpoint.EMBEDDINGS
             and call.policy.cache.affinity_enabled_for(call.pool)
             and len(self.balancer.replicas(call.pool)) > 1
-        )
-        if use_affinity:
-            state = await self._by_affinity(call, exclude)
-        if state is None:
-            state = self.balancer.pick(call.pool, exclude)
+        ):
+            prefer = await self._preferred(call, exclude)
+        # the pool, then its fallbacks (large -> medium -> small) when none of it can serve
+        state = self.balancer.pick_first(self.balancer.pool_order(call.pool), exclude, prefer=prefer)
         if state is None:
             raise ServiceUnavailable(
-                f"No healthy replica in pool `{call.pool}`; try again shortly.",
+                f"No healthy replica in pool `{call.pool}` or its fallbacks; try again shortly.",
                 code="no_healthy_replica",
                 headers={"Retry-After": "1"},
             )
         call.replica = state
+        if state.pool != call.pool:
+            call.response_headers["x-switchyard-fallback-pool"] = state.pool
         if state.replica.send_cache_salt and config.salt_requests:
             call.body["cache_salt"] = self._salt(call.tenant, config.salt_secret_env)
+        else:
+            call.body.pop("cache_salt", None)  # a retry may land on a replica that takes none
 
-    async def _by_affinity(self, call: Call, exclude: tuple[ReplicaState, ...]) -> ReplicaState | None:
+    async def _preferred(self, call: Call, exclude: tuple[ReplicaState, ...]) -> str | None:
+        """The replica label prefix affinity prefers, unless it is overloaded (then None)."""
         assert self.affinity is not None and call.pool is not None
         config = call.policy.cache.affinity
         chain = prefix_chain(call.body, chunk_bytes=config.chunk_bytes, max_chunks=config.max_chunks)
         if not chain:
             return None
         label, _matched = await self.affinity.lookup(call.tenant, call.pool, chain)
-        states = [s for s in self.balancer.replicas(call.pool) if s not in exclude]
-        chosen: ReplicaState | None = None
+        candidates = self.balancer.candidates(call.pool, exclude)
         reason = "no_affinity"
-        if label is not None and states:
+        if label is not None and candidates:
             _, reason = choose_replica(
-                [(s.label, float(s.outstanding)) for s in states],
+                [(s.label, self.balancer.load(s)) for s in candidates],
                 label,
                 config.max_load_factor,
                 config.min_load_excess,
             )
-            if reason == "affinity":
-                preferred = [s for s in states if s.label == label]
-                others = tuple(s for s in self.balancer.replicas(call.pool) if s not in preferred)
-                chosen = self.balancer.pick(call.pool, others)  # None when the preferred one is down
-                if chosen is None:
-                    reason = "override"
         if self.on_event is not None:
             self.on_event(EVENT_OF_REASON[reason])
         affinity, pool, tenant, ttl_s = self.affinity, call.pool, call.tenant, config.ttl_s
 
         async def record(call: Call, error: GatewayError | None) -> None:
-            if error is None and call.replica is not None:
+            if error is None and call.replica is not None and call.replica.pool == pool:
                 await affinity.record(tenant, pool, chain, call.replica.label, ttl_s)
 
         call.on_finish(record)
-        return chosen
+        return label if reason == "affinity" else None
 
     def _salt(self, tenant: str, secret_env: str | None) -> str:
         secret = self._environ.get(secret_env) if secret_env else None

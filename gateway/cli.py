@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -88,6 +89,12 @@ def serve(settings: Settings, *, api_key: str = "sk-anything") -> int:
         ("LOG_LEVEL", settings.log_level),
     ):
         os.environ[f"SWITCHYARD_{name}"] = value
+    if settings.workers > 1:
+        # every worker's metrics in one /metrics: prometheus_client's multiprocess mode, set up
+        # before the workers import it
+        from gateway.telemetry import prepare_multiprocess
+
+        prepare_multiprocess(tempfile.mkdtemp(prefix="switchyard-metrics-"))
     _announce_when_ready(settings, api_key)
     uvicorn.run(
         "gateway.app:create_app",

@@ -21,6 +21,7 @@ from gateway.cache.config import CacheConfig
 from gateway.routing.classifier import ClassifierLoadError, build_classifier
 from gateway.routing.config import ClassifierConfig
 from gateway.routing.routing_config import RoutingConfig, check_routing, convert_routing
+from gateway.telemetry_config import TelemetryConfig
 
 PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
@@ -204,6 +205,8 @@ class Policy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     store: StoreConfig = StoreConfig()
     cache: CacheConfig = CacheConfig()
     """Response cache, prompt-prefix affinity and embedding cache."""
+    telemetry: TelemetryConfig = TelemetryConfig()
+    """Trace sampling, content capture, access logs, tenant labels on metrics."""
     routing: RoutingConfig = RoutingConfig()
     """Replica choice, circuit breakers, health probes and pool fallbacks."""
     classifier: ClassifierConfig | None = None

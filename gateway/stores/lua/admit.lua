@@ -3,138 +3,147 @@
 --
 -- KEYS[1]  the tenant's ledger hash of the month ("<scope>|cost_usd" = spend so far)
 -- KEYS[n]  the windows and lease sets the checks name (only those the rules limit)
--- ARGV[1]  JSON: {now, lease_ttl, reserve, id, window, to_next_month,
+-- ARGV[i]  JSON, one per request (requests with the same KEYS share one call):
+--          {now, lease_ttl, reserve, id, window, to_next_month,
 --                 checks: [[kind, rule_no, key_no, limit], ...]   kind 1 requests, 2 tokens, 3 concurrency
 --                 budgets: [[scope, monthly_usd], ...]}
 --          A requests or tokens key is a hash (second -> amount); a concurrency key a sorted set
 --          (request id -> lease expiry).
--- Returns {allowed, reason, index, retry_ms, exceeds, lim_req, rem_req, reset_req_ms,
+-- Returns, per ARGV entry, {allowed, reason, index, retry_ms, exceeds, lim_req, rem_req, reset_req_ms,
 --          lim_tok, rem_tok, reset_tok_ms}; reason 0 none, 1 requests, 2 tokens, 3 concurrency,
 --          4 budget; index is the denying rule's (or budget's) 1-based number; -1 = none.
 
-local a = cjson.decode(ARGV[1])
-local now, window, reserve = a.now, a.window, a.reserve
-local cur = math.floor(now)
-local oldest_live = cur - window
+local function admit_one(spec)
+  local a = cjson.decode(spec)
+  local now, window, reserve = a.now, a.window, a.reserve
+  local cur = math.floor(now)
+  local oldest_live = cur - window
 
--- Drop buckets that left the window; return the amount in it and the live buckets, oldest first.
-local function scan(key)
-  local flat = redis.call('HGETALL', key)
-  local used, live, stale = 0, {}, {}
-  for i = 1, #flat, 2 do
-    local bucket, amount = tonumber(flat[i]), tonumber(flat[i + 1])
-    if bucket < oldest_live then
-      stale[#stale + 1] = flat[i]
-    else
-      used = used + amount
-      live[#live + 1] = {bucket, amount}
+  -- Drop buckets that left the window; return the amount in it and the live buckets, oldest first.
+  local function scan(key)
+    local flat = redis.call('HGETALL', key)
+    local used, live, stale = 0, {}, {}
+    for i = 1, #flat, 2 do
+      local bucket, amount = tonumber(flat[i]), tonumber(flat[i + 1])
+      if bucket < oldest_live then
+        stale[#stale + 1] = flat[i]
+      else
+        used = used + amount
+        live[#live + 1] = {bucket, amount}
+      end
     end
+    if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+    table.sort(live, function(x, y) return x[1] < y[1] end)
+    return used, live
   end
-  if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
-  table.sort(live, function(x, y) return x[1] < y[1] end)
-  return used, live
-end
 
--- Seconds until used + need <= limit as the oldest buckets leave the window.
-local function wait_s(live, used, need, limit)
-  local excess, freed = used + need - limit, 0
-  for _, entry in ipairs(live) do
-    freed = freed + entry[2]
-    if freed >= excess then return entry[1] + window + 1 - now end
-  end
-  return window + 1
-end
-
-local function reset_s(live)
-  if #live == 0 then return 0 end
-  return live[#live][1] + window + 1 - now
-end
-
--- The reported reason is the first by priority (budget, requests, tokens, concurrency);
--- the retry time covers every failure.
-local priority = {[4] = 1, [1] = 2, [2] = 3, [3] = 4}
-local reason, index, retry, exceeds = 0, -1, 0, 0
-local function fail(code, i, wait)
-  if reason == 0 or priority[code] < priority[reason] then reason, index = code, i end
-  if wait > retry then retry = wait end
-end
-
-for j, budget in ipairs(a.budgets) do
-  local spent = tonumber(redis.call('HGET', KEYS[1], budget[1] .. '|cost_usd') or '0')
-  if spent >= budget[2] then fail(4, j, a.to_next_month) end
-end
-
-local req, tok = {}, {}
-for _, check in ipairs(a.checks) do
-  local kind, rule_no, key, limit = check[1], check[2], KEYS[check[3]], check[4]
-  if kind == 1 then
-    local used, live = scan(key)
-    req[#req + 1] = {limit, used, live}
-    if used + 1 > limit then fail(1, rule_no, wait_s(live, used, 1, limit)) end
-  elseif kind == 2 then
-    local used, live = scan(key)
-    tok[#tok + 1] = {limit, used, live}
-    if reserve > limit then
-      exceeds = 1
-      fail(2, rule_no, window)
-    elseif used + reserve > limit then
-      fail(2, rule_no, wait_s(live, used, reserve, limit))
+  -- Seconds until used + need <= limit as the oldest buckets leave the window.
+  local function wait_s(live, used, need, limit)
+    local excess, freed = used + need - limit, 0
+    for _, entry in ipairs(live) do
+      freed = freed + entry[2]
+      if freed >= excess then return entry[1] + window + 1 - now end
     end
-  else
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-    if redis.call('ZCARD', key) >= limit then
-      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-      local wait = 1
-      if #first == 2 then wait = math.min(1, math.max(0, tonumber(first[2]) - now)) end
-      fail(3, rule_no, wait)
-    end
+    return window + 1
   end
-end
 
-local allowed = reason == 0
-if allowed then
+  local function reset_s(live)
+    if #live == 0 then return 0 end
+    return live[#live][1] + window + 1 - now
+  end
+
+  -- The reported reason is the first by priority (budget, requests, tokens, concurrency);
+  -- the retry time covers every failure.
+  local priority = {[4] = 1, [1] = 2, [2] = 3, [3] = 4}
+  local reason, index, retry, exceeds = 0, -1, 0, 0
+  local function fail(code, i, wait)
+    if reason == 0 or priority[code] < priority[reason] then reason, index = code, i end
+    if wait > retry then retry = wait end
+  end
+
+  for j, budget in ipairs(a.budgets) do
+    local spent = tonumber(redis.call('HGET', KEYS[1], budget[1] .. '|cost_usd') or '0')
+    if spent >= budget[2] then fail(4, j, a.to_next_month) end
+  end
+
+  local req, tok = {}, {}
   for _, check in ipairs(a.checks) do
-    local kind, key = check[1], KEYS[check[3]]
+    local kind, rule_no, key, limit = check[1], check[2], KEYS[check[3]], check[4]
     if kind == 1 then
-      redis.call('HINCRBY', key, cur, 1)
-      redis.call('EXPIRE', key, window + 2)
+      local used, live = scan(key)
+      req[#req + 1] = {limit, used, live}
+      if used + 1 > limit then fail(1, rule_no, wait_s(live, used, 1, limit)) end
     elseif kind == 2 then
-      if reserve > 0 then
-        redis.call('HINCRBY', key, cur, reserve)
-        redis.call('EXPIRE', key, window + 2)
+      local used, live = scan(key)
+      tok[#tok + 1] = {limit, used, live}
+      if reserve > limit then
+        exceeds = 1
+        fail(2, rule_no, window)
+      elseif used + reserve > limit then
+        fail(2, rule_no, wait_s(live, used, reserve, limit))
       end
     else
-      redis.call('ZADD', key, now + a.lease_ttl, a.id)
-      local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-      redis.call('EXPIRE', key, math.ceil(tonumber(last[2]) - now) + 1)
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+      if redis.call('ZCARD', key) >= limit then
+        local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+        local wait = 1
+        if #first == 2 then wait = math.min(1, math.max(0, tonumber(first[2]) - now)) end
+        fail(3, rule_no, wait)
+      end
     end
   end
-end
 
--- headers: the tightest rule of each kind
-local fresh_reset = cur + window + 1 - now
-local function tightest(stats, cost)
-  local lim, rem, reset = -1, -1, -1
-  local took = allowed and cost > 0
-  for _, s in ipairs(stats) do
-    local remaining, r = s[1] - s[2], nil
-    if took then
-      remaining, r = remaining - cost, fresh_reset
-    else
-      r = reset_s(s[3])
+  local allowed = reason == 0
+  if allowed then
+    for _, check in ipairs(a.checks) do
+      local kind, key = check[1], KEYS[check[3]]
+      if kind == 1 then
+        redis.call('HINCRBY', key, cur, 1)
+        redis.call('EXPIRE', key, window + 2)
+      elseif kind == 2 then
+        if reserve > 0 then
+          redis.call('HINCRBY', key, cur, reserve)
+          redis.call('EXPIRE', key, window + 2)
+        end
+      else
+        redis.call('ZADD', key, now + a.lease_ttl, a.id)
+        local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+        redis.call('EXPIRE', key, math.ceil(tonumber(last[2]) - now) + 1)
+      end
     end
-    if remaining < 0 then remaining = 0 end
-    if lim < 0 or remaining < rem then lim, rem, reset = s[1], remaining, r end
   end
-  return lim, rem, reset
+
+  -- headers: the tightest rule of each kind
+  local fresh_reset = cur + window + 1 - now
+  local function tightest(stats, cost)
+    local lim, rem, reset = -1, -1, -1
+    local took = allowed and cost > 0
+    for _, s in ipairs(stats) do
+      local remaining, r = s[1] - s[2], nil
+      if took then
+        remaining, r = remaining - cost, fresh_reset
+      else
+        r = reset_s(s[3])
+      end
+      if remaining < 0 then remaining = 0 end
+      if lim < 0 or remaining < rem then lim, rem, reset = s[1], remaining, r end
+    end
+    return lim, rem, reset
+  end
+
+  local function ms(seconds)
+    if seconds < 0 then return -1 end
+    return math.ceil(seconds * 1000)
+  end
+
+  local lim_r, rem_r, reset_r = tightest(req, 1)
+  local lim_t, rem_t, reset_t = tightest(tok, reserve)
+  return {allowed and 1 or 0, reason, index, ms(retry), exceeds,
+          lim_r, rem_r, ms(reset_r), lim_t, rem_t, ms(reset_t)}
 end
 
-local function ms(seconds)
-  if seconds < 0 then return -1 end
-  return math.ceil(seconds * 1000)
+local replies = {}
+for i = 1, #ARGV do
+  replies[i] = admit_one(ARGV[i])
 end
-
-local lim_r, rem_r, reset_r = tightest(req, 1)
-local lim_t, rem_t, reset_t = tightest(tok, reserve)
-return {allowed and 1 or 0, reason, index, ms(retry), exceeds,
-        lim_r, rem_r, ms(reset_r), lim_t, rem_t, ms(reset_t)}
+return replies

@@ -35,5 +35,9 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/overhead.py
 
+LOADTEST_ARGS ?=
+loadtest: $(STAMP)
+	$(PY) loadtests/run.py $(LOADTEST_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -144,28 +144,35 @@ class AccessLog:
         trace_id: int | None = None,
     ) -> None:
         now = time.perf_counter()
-        entry = AccessEntry(time.time(), request_id, endpoint, status, round((now - started_at) * 1000, 3))
-        if call is not None:
-            entry.model = call.model
-            entry.tenant = call.tenant
-            entry.pool = call.pool
-            entry.stream = call.is_stream
-            if call.replica is not None:
-                entry.replica = call.replica.label
-            if call.usage is not None:
-                entry.input_tokens = call.usage.input_tokens
-                entry.output_tokens = call.usage.output_tokens
-            if call.first_token_at is not None:
-                entry.ttft_ms = round((call.first_token_at - call.started_at) * 1000, 3)
-            if call.upstream_s:
-                entry.upstream_ms = round(call.upstream_s * 1000, 3)
-            entry.cache = call.cache_status
-            entry.route = call.route_reason
-            if call.attempts:
-                entry.attempts = call.attempts
+        latency_ms = round((now - started_at) * 1000, 3)
+        trace = f"{trace_id:032x}" if trace_id else None
+        if call is None:
+            code = (error.code or type(error).__name__) if error is not None else None
+            entry = AccessEntry(
+                time.time(), request_id, endpoint, status, latency_ms, error=code, trace_id=trace
+            )
+        else:
             error = error or call.error
-        if error is not None:
-            entry.error = error.code or type(error).__name__
-        if trace_id:
-            entry.trace_id = f"{trace_id:032x}"
+            usage, first_token_at, replica = call.usage, call.first_token_at, call.replica
+            entry = AccessEntry(
+                time.time(),
+                request_id,
+                endpoint,
+                status,
+                latency_ms,
+                call.model,
+                call.tenant,
+                call.pool,
+                replica.label if replica is not None else None,
+                usage.input_tokens if usage is not None else None,
+                usage.output_tokens if usage is not None else None,
+                round((first_token_at - call.started_at) * 1000, 3) if first_token_at is not None else None,
+                round(call.upstream_s * 1000, 3) if call.upstream_s else None,
+                call.cache_status,
+                call.route_reason,
+                call.attempts or None,
+                (error.code or type(error).__name__) if error is not None else None,
+                call.is_stream,
+                trace,
+            )
         self.sink(self._encode(entry))

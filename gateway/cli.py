@@ -247,6 +247,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # subcommands with their own argument parsers
+    if argv[:1] == ["cost"]:
+        from gateway.cost import cost_main
+
+        return cost_main(argv[1:])
+    if argv[:2] == ["router", "train"]:
+        from gateway.routing.train import train_main  # the one place that imports torch
+
+        return train_main(argv[2:])
+    if argv[:2] == ["route", "explain"]:
+        from gateway.routing.explain import explain_main
+
+        return explain_main(argv[2:])
     args = _parser().parse_args(argv)
     if args.command == "policy":
         return policy_check(args.files)

@@ -1,0 +1,1 @@
+"""Locust load tests for Switchyard (see LOADTEST_README.md)."""

@@ -44,7 +44,8 @@ def free_port() -> int:
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    "'<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 KV_BYTES_PER_TOKEN = 2 * 4 * 2 * 64 * 4  # k+v, layers, kv heads, head dim, fp32
 
@@ -292,7 +293,8 @@ def main() -> int:
     speedup = base["ttft_p50_ms"] / aff["ttft_p50_ms"] if aff["ttft_p50_ms"] else 0.0
     print(
         f"\nTTFT p50 {speedup:.1f}x lower with affinity (target >= 3x); hit rate "
-        f"{100 * aff['prefix_hit_rate']:.1f}% (target >= 80%); max/mean {aff['max_over_mean']} (target <= 1.5)"
+        f"{100 * aff['prefix_hit_rate']:.1f}% (target >= 80%); "
+        f"max/mean {aff['max_over_mean']} (target <= 1.5)"
     )
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"results": results, "speedup": speedup}, indent=2))

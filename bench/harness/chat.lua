@@ -3,15 +3,20 @@
 --   BENCH_MODEL    the "model" field (default "bench")
 --   BENCH_STREAM   "1" adds "stream": true
 --   BENCH_API_KEY  sent as "Authorization: Bearer <key>" when set
+--   BENCH_TEMPERATURE  adds "temperature": <value> (0 makes the request cacheable: the cache-hit path)
 -- done() prints one JSON line (marker BENCH_WRK_RESULT) that the driver parses: exact microsecond
 -- percentiles and the error counts, rather than scraping wrk's rounded text.
 
 local model = os.getenv("BENCH_MODEL") or "bench"
 local stream = os.getenv("BENCH_STREAM") == "1"
 local api_key = os.getenv("BENCH_API_KEY") or ""
+local temperature = os.getenv("BENCH_TEMPERATURE")
 
 local body = '{"model":"' .. model .. '","messages":[{"role":"user","content":"Say hello in one short sentence."}],'
   .. '"max_tokens":32'
+if temperature then
+  body = body .. ',"temperature":' .. temperature
+end
 if stream then
   body = body .. ',"stream":true,"stream_options":{"include_usage":true}'
 end

@@ -14,6 +14,8 @@ prime the reply); tool definitions and images are approximated.
 from __future__ import annotations
 
 import base64
+import ctypes
+import gc
 import functools
 import gzip
 import hashlib
@@ -120,12 +122,27 @@ def load_encoding(name: str) -> tiktoken.Encoding:
         base64.b64decode(token): int(rank)
         for token, rank in (line.split() for line in raw.splitlines() if line)
     }
-    return tiktoken.Encoding(
+    del raw
+    encoding = tiktoken.Encoding(
         name=name,
         pat_str=_PATTERNS[name],
         mergeable_ranks=ranks,
         special_tokens=_SPECIAL_TOKENS[name],
     )
+    # Counting needs only the Rust core, which copied the ranks. Dropping the Python-side table and
+    # handing freed pages back to the OS saves ~40 MiB per worker for o200k.
+    encoding._mergeable_ranks = {}
+    del ranks
+    _release_freed_memory()
+    return encoding
+
+
+def _release_freed_memory() -> None:
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the memory is still reused by this process
+        pass
 
 
 class TokenCounter:

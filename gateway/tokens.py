@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import base64
 import ctypes
-import gc
 import functools
+import gc
 import gzip
 import hashlib
 import importlib.util

@@ -89,7 +89,8 @@ def main() -> int:
         first, last = samples[0], samples[-1]
         growth = 100 * (last[1] - half[1]) / half[1]
         print(
-            f"| requests | RSS after {first[0]:,} | RSS at {half[0]:,} | RSS at {last[0]:,} | growth, 2nd half | wall |"
+            f"| requests | RSS after {first[0]:,} | RSS at {half[0]:,} | RSS at {last[0]:,} "
+            "| growth, 2nd half | wall |"
         )
         print("|---|---|---|---|---|---|")
         print(

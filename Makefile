@@ -28,9 +28,9 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP)
-	$(PY) -m ruff check gateway backends tests bench loadtests
-	$(PY) -m ruff format --check gateway backends tests bench loadtests
-	$(PY) -m mypy gateway
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py

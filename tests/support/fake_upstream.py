@@ -139,9 +139,22 @@ class FakeUpstream:
         if model == "slow-echo":
             await asyncio.sleep(0.3)
         if model == "ratelimited":
-            return body, model, web.json_response(
-                {"error": {"message": "slow down", "type": "rate_limit_error", "param": None,
-                           "code": "rate_limit_exceeded"}}, status=429, headers={"Retry-After": "1"})
+            return (
+                body,
+                model,
+                web.json_response(
+                    {
+                        "error": {
+                            "message": "slow down",
+                            "type": "rate_limit_error",
+                            "param": None,
+                            "code": "rate_limit_exceeded",
+                        }
+                    },
+                    status=429,
+                    headers={"Retry-After": "1"},
+                ),
+            )
         if model == "bad-json":
             return (
                 body,

@@ -26,8 +26,10 @@ def test_one_replica_killed_under_load(tmp_path: Path) -> None:
     document = fake_policy(replicas[0].base_url)
     document["pools"]["trio"] = {"replicas": [{"base_url": r.base_url, "model": "echo"} for r in replicas]}
     document["retry"] = {"max_attempts": 3, "backoff_s": 0.005}
-    document["routing"] = {"breaker": {"failure_threshold": 3, "open_s": 30},
-                           "health": {"probe_interval_s": 0.2, "probe_timeout_s": 0.5}}
+    document["routing"] = {
+        "breaker": {"failure_threshold": 3, "open_s": 30},
+        "health": {"probe_interval_s": 0.2, "probe_timeout_s": 0.5},
+    }
     gateway = GatewayServer(write_policy(tmp_path / "p.yaml", document)).start()
     victim = replicas[1]
     label = f"127.0.0.1:{victim.port}"

@@ -1,0 +1,27 @@
+"""The engine's error tree.
+
+    EngineError
+    ├── QueueFullError      the async front's waiting queue is full (HTTP 429 upstream)
+    ├── ModelLoadError      weights, config or tokenizer could not be read
+    └── EngineDeadError     the background step thread died; every request fails
+
+Bad request input raises the built-in ``ValueError`` (HTTP 400 upstream), naming the field.
+"""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base of every error the engine raises on its own account."""
+
+
+class QueueFullError(EngineError):
+    """Raised at once by ``AsyncLLMEngine.generate`` when ``max_waiting`` requests already wait."""
+
+
+class ModelLoadError(EngineError):
+    """The model files are missing, malformed or of an unsupported architecture."""
+
+
+class EngineDeadError(EngineError):
+    """The engine's step loop failed; the message carries the original error."""

@@ -1,0 +1,1 @@
+"""Model building blocks written for a flat (varlen) token batch and a paged KV cache."""

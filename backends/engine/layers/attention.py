@@ -1,0 +1,145 @@
+"""Paged attention: K/V are written to and read from the block pool through slot indices.
+
+``AttentionMetadata`` is built once per step by the model runner and shared by every layer. The token
+batch is flat: the decode tokens (one per sequence) come first, then each prefill chunk. The backend is
+an object so a CUDA kernel (FlashAttention / FlashInfer with block tables) can replace ``TorchPagedAttention``
+without touching the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class PrefillChunk:
+    """One sequence's query tokens ``[start, end)`` of the flat batch."""
+
+    start: int
+    end: int
+    num_context_tokens: int
+    """Tokens of this sequence already in the cache before this chunk."""
+    context_slots: torch.Tensor | None
+    """Slots of all its tokens up to ``end`` (context plus chunk); None when there is no context."""
+    mask: torch.Tensor | None = None
+    """[chunk, context + chunk] bool, True where a query may attend (only with context)."""
+
+
+@dataclass
+class AttentionMetadata:
+    slot_mapping: torch.Tensor
+    """[num_tokens] slot (block_id * block_size + offset) where each token's K/V goes."""
+    num_decode_tokens: int = 0
+    decode_blocks: torch.Tensor | None = None
+    """[num_decodes, max_blocks] block table of every decode sequence, padded with a valid block."""
+    decode_mask: torch.Tensor | None = None
+    """[num_decodes, 1, 1, max_blocks * block_size] bool, True on real positions."""
+    prefills: list[PrefillChunk] = field(default_factory=list)
+
+
+class AttentionBackend(Protocol):
+    def cache_shape(
+        self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
+    ) -> tuple[int, ...]:
+        """The backend picks its KV layout (one tensor each for K and V, per layer)."""
+        ...
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor: ...
+
+
+class TorchPagedAttention:
+    """Pure-torch paged attention; works on any device torch supports.
+
+    q: [T, num_heads, head_dim]; k, v: [T, num_kv_heads, head_dim].
+    Cache layout: [num_kv_heads, num_slots, head_dim] (slot = block_id * block_size + offset), kv-head
+    major so a gather of slots or whole blocks lands directly in the [kv, batch, length, dim] shape the
+    matmuls want, with no transposing copy.
+    """
+
+    def cache_shape(
+        self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
+    ) -> tuple[int, ...]:
+        return (num_kv_heads, num_blocks * block_size, head_dim)
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
+        k_cache.index_copy_(1, meta.slot_mapping, k.transpose(0, 1))
+        v_cache.index_copy_(1, meta.slot_mapping, v.transpose(0, 1))
+        num_heads, num_kv_heads = q.shape[1], k.shape[1]
+        out = torch.empty_like(q)
+        d = meta.num_decode_tokens
+        if d:
+            assert meta.decode_blocks is not None and meta.decode_mask is not None
+            out[:d] = _decode(q[:d], k_cache, v_cache, meta.decode_blocks, meta.decode_mask, scale)
+        gqa = num_heads != num_kv_heads
+        for p in meta.prefills:
+            qs = q[p.start : p.end].transpose(0, 1).unsqueeze(0)
+            if p.context_slots is None:  # fresh prompt: keys are this chunk's own, plain causal
+                ks = k[p.start : p.end].transpose(0, 1)
+                vs = v[p.start : p.end].transpose(0, 1)
+                mask, causal = None, True
+            else:  # later chunk or prefix hit: read the context through the block table
+                ks = k_cache.index_select(1, p.context_slots)
+                vs = v_cache.index_select(1, p.context_slots)
+                mask, causal = p.mask, False
+            o = F.scaled_dot_product_attention(
+                qs,
+                ks.unsqueeze(0),
+                vs.unsqueeze(0),
+                attn_mask=mask,
+                is_causal=causal,
+                scale=scale,
+                enable_gqa=gqa,
+            )
+            out[p.start : p.end] = o.squeeze(0).transpose(0, 1)
+        return out
+
+
+def _decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    blocks: torch.Tensor,
+    mask: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """One query per sequence against its context; q heads grouped per kv head (GQA/MQA).
+
+    Whole blocks are gathered (one contiguous copy of block_size slots each) into [kv, b, L, d].
+    """
+    b, num_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[0]
+    group = num_heads // num_kv_heads
+    padded_len = mask.shape[-1]
+    block_size = padded_len // blocks.shape[1]
+    flat_blocks = blocks.flatten()
+    keys = k_cache.view(num_kv_heads, -1, block_size * head_dim).index_select(1, flat_blocks)
+    values = v_cache.view(num_kv_heads, -1, block_size * head_dim).index_select(1, flat_blocks)
+    keys = keys.view(num_kv_heads, b, padded_len, head_dim)
+    values = values.view(num_kv_heads, b, padded_len, head_dim)
+    qg = q.view(b, num_kv_heads, group, head_dim).transpose(0, 1)  # [kv, b, group, d]
+    scores = torch.matmul(qg, keys.transpose(-1, -2)) * scale  # [kv, b, group, L]
+    scores = scores.masked_fill(~mask.view(1, b, 1, padded_len), float("-inf"))
+    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    return torch.matmul(probs, values).transpose(0, 1).reshape(b, num_heads, head_dim)

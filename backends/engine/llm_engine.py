@@ -1,0 +1,365 @@
+"""The synchronous engine: ``step()`` is schedule -> run -> postprocess."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from backends.engine.block_manager import BlockManager
+from backends.engine.config import MAX_DEFAULT_MODEL_LEN, EngineConfig
+from backends.engine.cpu_allocator import keep_freed_memory
+from backends.engine.loader import LoadedModel, ModelLoader, load_model
+from backends.engine.model_runner import ModelRunner
+from backends.engine.models.llama import LlamaForCausalLM
+from backends.engine.outputs import CompletionOutput, Logprob, RequestOutput
+from backends.engine.sampler import Sampler
+from backends.engine.sampling_params import SamplingParams
+from backends.engine.scheduler import Scheduler, SchedulerOutput
+from backends.engine.sequence import Sequence, SequenceStatus
+from backends.engine.tokenizer import IncrementalDetokenizer, Tokenizer
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot for /metrics and admission control."""
+
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float
+    num_blocks_total: int
+    num_blocks_free: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    num_preemptions: int
+    num_generated_tokens: int
+    num_prompt_tokens: int
+
+
+@dataclass
+class _Request:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    seqs: list[Sequence]
+    is_forked: bool = False
+    touched: bool = field(default=False)
+
+
+class LLMEngine:
+    """Loads one model and serves many requests with continuous batching over a paged KV cache."""
+
+    def __init__(self, config: EngineConfig, *, loader: ModelLoader | None = None) -> None:
+        self.config = config
+        self.device = torch.device(_resolve_device(config.device))
+        if self.device.type == "cpu":
+            torch.set_num_threads(config.num_threads or len(os.sched_getaffinity(0)))
+            keep_freed_memory()
+        started = time.monotonic()
+        log.info("loading model %s", config.model)
+        loaded: LoadedModel = (loader or load_model)(config.model)
+        self.tokenizer: Tokenizer = loaded.tokenizer
+        self.model_name: str = loaded.served_name
+        self.model_config = cfg = loaded.model_config
+        self.max_model_len: int = config.max_model_len or min(
+            cfg.max_position_embeddings, MAX_DEFAULT_MODEL_LEN
+        )
+        dtype = DTYPES[config.dtype]
+        with torch.device(self.device):
+            model = LlamaForCausalLM(cfg, max_position=max(self.max_model_len, cfg.max_position_embeddings))
+        model.to(dtype=dtype)
+        model.load_weights((name, t.to(dtype)) for name, t in loaded.weights)
+        model.eval()
+        num_blocks = self._num_kv_blocks(dtype)
+        log.info(
+            "model %s loaded in %.1f s: %d KV blocks of %d tokens",
+            self.model_name,
+            time.monotonic() - started,
+            num_blocks,
+            config.block_size,
+        )
+        self.block_manager = BlockManager(
+            num_blocks, config.block_size, enable_prefix_caching=config.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(
+            self.block_manager,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+        )
+        self.runner = ModelRunner(model, num_blocks=num_blocks, block_size=config.block_size)
+        self.sampler = Sampler()
+        self.requests: dict[str, _Request] = {}
+        self._rng = random.Random(config.seed)
+        self._seq_ids = itertools.count()
+        self._arrivals = itertools.count()
+        self.num_generated_tokens = 0
+        self.num_prompt_tokens = 0
+
+    # -- requests ------------------------------------------------------------------------------------
+    def tokenize_prompt(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
+        """Validate a request without touching engine state (safe from any thread)."""
+        params.validate()
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt, add_special_tokens=True)
+        else:
+            ids = list(prompt)
+            vocab = self.model_config.vocab_size
+            if not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
+                raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
+        if not ids:
+            raise ValueError("prompt is empty")
+        if len(ids) >= self.max_model_len:
+            raise ValueError(
+                f"prompt has {len(ids)} tokens; this model's maximum context is {self.max_model_len} "
+                "tokens including at least one generated token"
+            )
+        capacity = self.block_manager.num_blocks * self.block_manager.block_size
+        if len(ids) + 1 > capacity:
+            raise ValueError(f"prompt has {len(ids)} tokens but the whole KV cache holds {capacity}")
+        return ids
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams,
+        *,
+        cache_salt: str | None = None,
+        priority: int = 0,
+    ) -> None:
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already running")
+        ids = self.tokenize_prompt(prompt, params)
+        arrival = next(self._arrivals)
+        seqs = [
+            Sequence(
+                seq_id=next(self._seq_ids),
+                request_id=request_id,
+                token_ids=list(ids),
+                params=params,
+                arrival=arrival,
+                index=i,
+                priority=priority,
+                cache_salt=cache_salt,
+            )
+            for i in range(params.n)
+        ]
+        for seq in seqs:
+            seq.detokenizer = IncrementalDetokenizer(self.tokenizer, len(ids))
+            seq.logprobs = [] if params.logprobs is not None else None
+            if not params.is_greedy:
+                seed = self._rng.getrandbits(62) if params.seed is None else params.seed + seq.index
+                seq.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.requests[request_id] = _Request(request_id, ids, params, seqs, is_forked=params.n == 1)
+        self.num_prompt_tokens += len(ids)
+        self.scheduler.add(seqs[0])  # the other n-1 fork from it once its prompt is computed
+
+    def abort_request(self, request_id: str) -> None:
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return
+        for seq in req.seqs:
+            self._finish(seq, "abort")
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    # -- the step ------------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        sched = self.scheduler.schedule()
+        for seq in sched.finished:
+            self._finish_request_if_done(seq)
+        touched = {seq.request_id for seq in sched.finished}
+        if sched.scheduled:
+            try:
+                touched |= self._run(sched)
+            except Exception as exc:  # a failed forward fails its batch, never the engine
+                log.exception("engine step failed")
+                for item in sched.scheduled:
+                    item.seq.error = f"{type(exc).__name__}: {exc}"
+                    self._finish(item.seq, "error")
+                    touched.add(item.seq.request_id)
+        return [self._output(rid) for rid in touched if rid in self.requests]
+
+    def _run(self, sched: SchedulerOutput) -> set[str]:
+        logits = self.runner.run(sched.scheduled)
+        sampling = [item.seq for item in sched.scheduled if item.is_last_chunk]
+        result = self.sampler(logits, sampling) if sampling else None
+        for item in sched.scheduled:
+            item.seq.num_computed_tokens += item.num_new_tokens
+            self.block_manager.cache_full_blocks(item.seq)
+        if result is None:
+            return set()
+        for seq, token, lp in zip(sampling, result.token_ids, result.logprobs, strict=True):
+            req = self.requests[seq.request_id]
+            if not req.is_forked:
+                self._fork(req)
+            self._append_token(seq, token, lp)
+        return {seq.request_id for seq in sampling}
+
+    def _fork(self, req: _Request) -> None:
+        """Children share the parent's full prompt blocks and compute only the tail."""
+        parent = req.seqs[0]
+        for child in req.seqs[1:]:
+            self.block_manager.fork(parent, child)
+            self.scheduler.add_running(child)
+        req.is_forked = True
+
+    def _append_token(
+        self, seq: Sequence, token: int, lp: tuple[float, list[tuple[int, float]]] | None
+    ) -> None:
+        seq.token_ids.append(token)
+        self.num_generated_tokens += 1
+        if seq.logprobs is not None and lp is not None:
+            text_of = self.tokenizer.token_text
+            chosen = Logprob(token, lp[0], text_of(token))
+            seq.logprobs.append((chosen, [Logprob(t, v, text_of(t)) for t, v in lp[1]]))
+        new_text = seq.detokenizer.step(seq.token_ids)
+        seq.text += new_text
+        reason = self._stop_reason(seq, token, new_text)
+        if reason is not None:
+            self._finish(seq, reason)
+
+    def _stop_reason(self, seq: Sequence, token: int, new_text: str) -> str | None:
+        p = seq.params
+        if (token == self.tokenizer.eos_token_id and not p.ignore_eos) or token in p.stop_token_ids:
+            return "stop"
+        if p.stop and new_text:
+            window = len(new_text) + max(len(s) for s in p.stop) - 1
+            start = max(0, len(seq.text) - window)
+            hits = [i for i in (seq.text.find(s, start) for s in p.stop) if i >= 0]
+            if hits:
+                seq.text = seq.text[: min(hits)]
+                return "stop"
+        if p.max_tokens is not None and seq.num_output_tokens >= p.max_tokens:
+            return "length"
+        if seq.num_tokens >= self.max_model_len:
+            return "length"
+        return None
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        if seq.is_finished:
+            return
+        if seq in self.scheduler.running or seq in self.scheduler.waiting:
+            self.scheduler.finish(seq, reason)
+        else:  # an n > 1 child that never forked
+            seq.status = SequenceStatus.FINISHED
+            seq.finish_reason = reason
+        self._finish_request_if_done(seq)
+
+    def _finish_request_if_done(self, seq: Sequence) -> None:
+        req = self.requests.get(seq.request_id)
+        if req is None:
+            return
+        if not req.is_forked and seq.is_finished:  # the parent ended before forking: so do its children
+            for child in req.seqs[1:]:
+                child.status, child.finish_reason, child.error = (
+                    SequenceStatus.FINISHED,
+                    seq.finish_reason,
+                    seq.error,
+                )
+            req.is_forked = True
+
+    def _output(self, request_id: str) -> RequestOutput:
+        req = self.requests[request_id]
+        outputs = [
+            CompletionOutput(
+                index=s.index,
+                text=s.text,
+                token_ids=s.output_token_ids,
+                finish_reason=s.finish_reason,
+                logprobs=list(s.logprobs) if s.logprobs is not None else None,
+                error=s.error,
+            )
+            for s in req.seqs
+        ]
+        finished = all(s.is_finished for s in req.seqs)
+        if finished:
+            del self.requests[request_id]
+        return RequestOutput(
+            request_id,
+            req.prompt_token_ids,
+            outputs,
+            finished,
+            num_cached_tokens=req.seqs[0].num_cached_tokens,
+        )
+
+    # -- batch API and stats -------------------------------------------------------------------------
+    def generate(
+        self, prompts: list[str] | list[list[int]], params: SamplingParams | list[SamplingParams]
+    ) -> list[RequestOutput]:
+        """Run prompts to completion; outputs in prompt order."""
+        all_params = params if isinstance(params, list) else [params] * len(prompts)
+        ids = [f"generate-{next(self._arrivals)}-{i}" for i in range(len(prompts))]
+        prompt_list: list[str | list[int]] = list(prompts)
+        for rid, prompt, p in zip(ids, prompt_list, all_params, strict=True):
+            self.add_request(rid, prompt, p)
+        done: dict[str, RequestOutput] = {}
+        while len(done) < len(ids):
+            for out in self.step():
+                if out.finished:
+                    done[out.request_id] = out
+        return [done[rid] for rid in ids]
+
+    def stats(self) -> EngineStats:
+        bm = self.block_manager
+        return EngineStats(
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            kv_cache_usage=bm.usage,
+            num_blocks_total=bm.num_blocks,
+            num_blocks_free=bm.num_free_blocks,
+            prefix_cache_queries=bm.prefix_cache_queries,
+            prefix_cache_hits=bm.prefix_cache_hits,
+            num_preemptions=self.scheduler.num_preemptions,
+            num_generated_tokens=self.num_generated_tokens,
+            num_prompt_tokens=self.num_prompt_tokens,
+        )
+
+    def check_invariants(self) -> None:
+        """Block-pool consistency against every live sequence (tests call this after each step)."""
+        self.block_manager.check_invariants(self.scheduler.live_seqs)
+
+    def _num_kv_blocks(self, dtype: torch.dtype) -> int:
+        cfg, bs = self.model_config, self.config.block_size
+        block_bytes = cfg.kv_bytes_per_token(torch.finfo(dtype).bits // 8) * bs
+        budget = self.config.kv_cache_bytes
+        if budget is None:
+            if self.device.type == "cuda":
+                free_bytes = torch.cuda.mem_get_info(self.device)[0]
+            else:
+                free_bytes = _available_host_bytes()
+            budget = int(free_bytes * self.config.kv_cache_fraction)
+        # more blocks than every sequence at full length could use only waste memory
+        cap = self.config.max_num_seqs * -(-self.max_model_len // bs) * 2
+        num_blocks = min(budget // block_bytes, cap)
+        if num_blocks < 1:
+            raise ValueError(f"KV budget of {budget} bytes holds no block of {block_bytes} bytes")
+        return int(num_blocks)
+
+
+def _resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _available_host_bytes() -> int:
+    """MemAvailable from /proc/meminfo (free plus reclaimable cache); free pages where it is absent."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

@@ -1,0 +1,122 @@
+"""Turns one scheduled step into a single forward pass over a flat (varlen) token batch.
+
+Decode tokens go first, then each prefill chunk; K/V land in the paged cache through the slot mapping,
+and the LM head runs only on each sampling sequence's last token.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from backends.engine.layers.attention import AttentionMetadata, PrefillChunk
+from backends.engine.models.llama import LlamaAttention, LlamaForCausalLM
+from backends.engine.scheduler import ScheduledSeq
+
+
+class ModelRunner:
+    """Owns the model and its KV cache: ``num_blocks`` blocks of ``block_size`` slots per layer."""
+
+    def __init__(self, model: LlamaForCausalLM, *, num_blocks: int, block_size: int) -> None:
+        self.model = model
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        cfg = model.config
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        attn_layers = [m for m in model.modules() if isinstance(m, LlamaAttention)]
+        layer_shape = attn_layers[0].backend.cache_shape(
+            num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim
+        )
+        shape = (cfg.num_layers, *layer_shape)
+        # empty, not zeros: a slot is always written before it is read (padding points at valid slots)
+        self.k_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
+        self.v_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
+        for i, layer in enumerate(attn_layers):
+            layer.k_cache, layer.v_cache = self.k_cache[i], self.v_cache[i]
+
+    @torch.inference_mode()
+    def run(self, scheduled: list[ScheduledSeq]) -> torch.Tensor:
+        """Logits [num_sampling_seqs, vocab] (fp32) in the order of ``scheduled``'s last chunks."""
+        # decodes first (stable), so they are rows [0, num_decodes) of the flat batch
+        order = sorted(range(len(scheduled)), key=lambda i: not _is_decode(scheduled[i]))
+        batch = [scheduled[i] for i in order]
+        input_ids, positions, meta, last_rows = self._prepare(batch)
+        hidden = self.model(input_ids, positions, meta)
+        rows_by_original = {order[j]: row for j, row in last_rows.items()}
+        wanted = [rows_by_original[i] for i in range(len(scheduled)) if i in rows_by_original]
+        index = torch.tensor(wanted, dtype=torch.long, device=self.device)
+        return self.model.compute_logits(hidden.index_select(0, index)).float()
+
+    def _prepare(
+        self, batch: list[ScheduledSeq]
+    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, dict[int, int]]:
+        bs = self.block_size
+        token_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        last_rows: dict[int, int] = {}
+        decode_tables: list[list[int]] = []
+        decode_lens: list[int] = []
+        prefill_specs: list[tuple[int, int, int, list[int]]] = []
+        for j, item in enumerate(batch):
+            seq, n = item.seq, item.num_new_tokens
+            start_pos, start_row = seq.num_computed_tokens, len(token_ids)
+            token_ids.extend(seq.token_ids[start_pos : start_pos + n])
+            table = seq.block_table
+            for pos in range(start_pos, start_pos + n):
+                positions.append(pos)
+                slots.append(table[pos // bs] * bs + pos % bs)
+            if item.is_last_chunk:
+                last_rows[j] = len(token_ids) - 1
+            if _is_decode(item):
+                decode_tables.append(table)
+                decode_lens.append(start_pos + 1)
+            else:
+                prefill_specs.append((start_row, start_row + n, start_pos, table))
+        to = self.device
+        meta = AttentionMetadata(slot_mapping=torch.tensor(slots, dtype=torch.long, device=to))
+        if decode_lens:
+            meta.num_decode_tokens = len(decode_lens)
+            meta.decode_blocks, meta.decode_mask = self._decode_slots(decode_tables, decode_lens)
+        for start, end, num_context, table in prefill_specs:
+            chunk = PrefillChunk(start, end, num_context, None)
+            if num_context:
+                total = num_context + (end - start)
+                chunk.context_slots = self._slots_of(table, total)
+                key_pos = torch.arange(total, device=to)
+                query_pos = torch.arange(num_context, total, device=to)
+                chunk.mask = key_pos.unsqueeze(0) <= query_pos.unsqueeze(1)
+            meta.prefills.append(chunk)
+        return (
+            torch.tensor(token_ids, dtype=torch.long, device=to),
+            torch.tensor(positions, dtype=torch.long, device=to),
+            meta,
+            last_rows,
+        )
+
+    def _slots_of(self, table: list[int], num_tokens: int) -> torch.Tensor:
+        blocks = torch.tensor(
+            table[: -(-num_tokens // self.block_size)], dtype=torch.long, device=self.device
+        )
+        offsets = torch.arange(self.block_size, device=self.device)
+        return (blocks.unsqueeze(1) * self.block_size + offsets).flatten()[:num_tokens]
+
+    def _decode_slots(
+        self, tables: list[list[int]], lens: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Block ids [num_decodes, max_blocks] (gathered whole, 16 slots at a time) and the padding mask."""
+        bs = self.block_size
+        max_len = max(lens)
+        max_blocks = -(-max_len // bs)
+        # pad short tables with their own first block so padded slots are valid memory
+        padded = [t[:max_blocks] + [t[0]] * (max_blocks - min(len(t), max_blocks)) for t in tables]
+        blocks = torch.tensor(padded, dtype=torch.long, device=self.device)
+        padded_len = max_blocks * bs
+        lens_t = torch.tensor(lens, device=self.device)
+        mask = torch.arange(padded_len, device=self.device).unsqueeze(0) < lens_t.unsqueeze(1)
+        return blocks, mask.view(len(lens), 1, 1, padded_len)
+
+
+def _is_decode(item: ScheduledSeq) -> bool:
+    """One new token after some context: a decode, or a one-token prefill chunk (same attention shape)."""
+    return item.num_new_tokens == 1 and item.seq.num_computed_tokens > 0

@@ -1,0 +1,147 @@
+"""A Llama-family decoder over a flat token batch and a paged KV cache.
+
+Covers Llama 1-3, SmolLM2, Mistral (no sliding window) and Qwen2 (qkv bias) through ``ModelConfig`` flags:
+grouped- and multi-query attention, tied embeddings, scaled RoPE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from backends.engine.layers.activation import SiluAndMul
+from backends.engine.layers.attention import AttentionBackend, AttentionMetadata, TorchPagedAttention
+from backends.engine.layers.linear import MergedLinear
+from backends.engine.layers.norm import RMSNorm
+from backends.engine.layers.rotary import RotaryEmbedding
+from backends.engine.model_config import ModelConfig
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, backend: AttentionBackend) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_size = cfg.num_heads * cfg.head_dim
+        self.kv_size = cfg.num_kv_heads * cfg.head_dim
+        self.qkv_proj = MergedLinear(
+            cfg.hidden_size, [self.q_size, self.kv_size, self.kv_size], bias=cfg.attention_bias
+        )
+        self.o_proj = MergedLinear(self.q_size, [cfg.hidden_size])
+        self.rotary = rotary
+        self.backend = backend
+        self.scale = cfg.head_dim**-0.5
+        self.k_cache = torch.empty(0)  # bound by the model runner to [num_slots, kv_heads, head_dim]
+        self.v_cache = torch.empty(0)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        qkv = self.qkv_proj(x)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        q, k = self.rotary(positions, q, k)
+        o = self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
+        return self.o_proj(o.reshape(-1, self.q_size))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        size = cfg.intermediate_size
+        self.gate_up_proj = MergedLinear(cfg.hidden_size, [size, size], bias=cfg.mlp_bias)
+        self.down_proj = MergedLinear(size, [cfg.hidden_size], bias=cfg.mlp_bias)
+        self.act = SiluAndMul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_up_proj(x)))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, backend: AttentionBackend) -> None:
+        super().__init__()
+        self.self_attn = LlamaAttention(cfg, rotary, backend)
+        self.mlp = LlamaMLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, positions: torch.Tensor, h: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        h = h + self.self_attn(positions, self.input_layernorm(h), meta)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class LlamaForCausalLM(nn.Module):
+    """forward() gives hidden states of every token; compute_logits() only for the rows asked."""
+
+    # checkpoint name fragment -> (merged module name fragment, shard index)
+    STACKED = {
+        "q_proj": ("qkv_proj", 0),
+        "k_proj": ("qkv_proj", 1),
+        "v_proj": ("qkv_proj", 2),
+        "gate_proj": ("gate_up_proj", 0),
+        "up_proj": ("gate_up_proj", 1),
+        "o_proj": ("o_proj", 0),
+        "down_proj": ("down_proj", 0),
+    }
+
+    def __init__(
+        self, cfg: ModelConfig, *, backend: AttentionBackend | None = None, max_position: int | None = None
+    ) -> None:
+        super().__init__()
+        self.config = cfg
+        backend = backend or TorchPagedAttention()
+        rotary = RotaryEmbedding(
+            cfg.head_dim, max_position or cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling
+        )
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens.weight.requires_grad_(False)
+        self.layers = nn.ModuleList([LlamaDecoderLayer(cfg, rotary, backend) for _ in range(cfg.num_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = MergedLinear(cfg.hidden_size, [cfg.vocab_size])
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight  # type: ignore[assignment]
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
+        h = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            h = layer(positions, h, meta)
+        return self.norm(h)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy HF-named tensors (``model.layers.0.self_attn.q_proj.weight``...) into the merged layers."""
+        params = dict(self.named_parameters())
+        loaded: set[str] = set()
+        for hf_name, tensor in weights:
+            name = hf_name.removeprefix("model.")
+            if "rotary_emb" in name:
+                continue
+            if name == "lm_head.weight" and self.config.tie_word_embeddings:
+                continue
+            parts = name.split(".")
+            if len(parts) >= 2 and parts[-2] in self.STACKED:
+                merged, shard = self.STACKED[parts[-2]]
+                module_name = ".".join([*parts[:-2], merged])
+                module = self.get_submodule(module_name)
+                assert isinstance(module, MergedLinear)
+                module.load_shard(shard, parts[-1], tensor)
+                loaded.add(f"{module_name}.{parts[-1]}")
+                continue
+            if name not in params:
+                raise KeyError(f"unexpected weight {hf_name!r}")
+            if params[name].shape != tensor.shape:
+                raise ValueError(
+                    f"{hf_name}: expected {tuple(params[name].shape)}, got {tuple(tensor.shape)}"
+                )
+            params[name].data.copy_(tensor)
+            loaded.add(name)
+        missing = {n for n in params if n not in loaded}
+        if self.config.tie_word_embeddings:
+            missing.discard("lm_head.weight")
+        if missing:
+            raise KeyError(f"weights missing from the checkpoint: {sorted(missing)[:5]}")

@@ -1,0 +1,93 @@
+"""Logits -> next tokens: penalties, temperature, top-k / top-p / min-p, seeded sampling, logprobs.
+
+Every random draw comes from the sequence's own ``torch.Generator``, so a seeded request gets the same
+tokens whatever else shares its batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from backends.engine.sequence import Sequence
+
+
+@dataclass
+class SampleResult:
+    token_ids: list[int]
+    logprobs: list[tuple[float, list[tuple[int, float]]] | None]
+    """Per sequence, when asked: (logprob of the chosen token, [(id, logprob)] top-k)."""
+
+
+class Sampler:
+    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SampleResult:
+        logits = logits.float()
+        want_logprobs = [s.params.logprobs is not None for s in seqs]
+        raw_logprobs = torch.log_softmax(logits, dim=-1) if any(want_logprobs) else None
+        for i, seq in enumerate(seqs):
+            if seq.params.has_penalties:
+                apply_penalties(logits[i], seq)
+        chosen = logits.argmax(dim=-1)
+        random_rows = [i for i, s in enumerate(seqs) if not s.params.is_greedy]
+        if random_rows:
+            rows = torch.tensor(random_rows, device=logits.device)
+            probs = masked_probs(logits[rows], [seqs[i] for i in random_rows])
+            for j, i in enumerate(random_rows):
+                noise = torch.empty_like(probs[j]).exponential_(generator=seqs[i].generator)
+                chosen[i] = (probs[j] / noise).argmax()  # the exponential race: a draw from probs
+        token_ids: list[int] = chosen.tolist()
+        logprobs: list[tuple[float, list[tuple[int, float]]] | None] = [None] * len(seqs)
+        if raw_logprobs is not None:
+            for i, seq in enumerate(seqs):
+                k = seq.params.logprobs
+                if k is None:
+                    continue
+                row = raw_logprobs[i]
+                top = row.topk(k) if k else None
+                top_list = list(zip(top.indices.tolist(), top.values.tolist(), strict=True)) if top else []
+                logprobs[i] = (float(row[token_ids[i]]), top_list)
+        return SampleResult(token_ids, logprobs)
+
+
+def apply_penalties(row: torch.Tensor, seq: Sequence) -> None:
+    """OpenAI presence/frequency penalties on output tokens; HF-style repetition penalty on all seen."""
+    p = seq.params
+    if p.repetition_penalty != 1.0:
+        seen = torch.tensor(sorted(set(seq.token_ids)), device=row.device)
+        vals = row[seen]
+        row[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+    if (p.presence_penalty or p.frequency_penalty) and seq.num_output_tokens:
+        out = torch.tensor(seq.output_token_ids, device=row.device)
+        counts = torch.bincount(out, minlength=row.shape[0]).to(row.dtype)
+        row -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(row.dtype)
+
+
+def masked_probs(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+    """Softmax of logits / temperature with top-k, top-p and min-p applied, row by row semantics."""
+    temps = torch.tensor([s.params.temperature for s in seqs], device=logits.device, dtype=logits.dtype)
+    logits = logits / temps.unsqueeze(1)
+    top_ks = [s.params.top_k for s in seqs]
+    if any(k > 0 for k in top_ks):
+        vocab = logits.shape[1]
+        ks = torch.tensor([k if k > 0 else vocab for k in top_ks], device=logits.device)
+        ks = ks.clamp(max=vocab)
+        sorted_desc = logits.sort(dim=-1, descending=True).values
+        kth = sorted_desc.gather(1, (ks - 1).unsqueeze(1))
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    top_ps = [s.params.top_p for s in seqs]
+    if any(p < 1.0 for p in top_ps):
+        ps = torch.tensor(top_ps, device=logits.device, dtype=logits.dtype)
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        # drop a token when the mass before it already reaches top_p (the first token always stays)
+        drop_sorted = (cum - sorted_logits.softmax(dim=-1)) >= ps.unsqueeze(1)
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    probs = logits.softmax(dim=-1)
+    min_ps = [s.params.min_p for s in seqs]
+    if any(m > 0 for m in min_ps):
+        ms = torch.tensor(min_ps, device=logits.device, dtype=logits.dtype)
+        threshold = probs.max(dim=-1, keepdim=True).values * ms.unsqueeze(1)
+        probs = probs.masked_fill(probs < threshold, 0.0)
+    return probs

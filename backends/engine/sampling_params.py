@@ -1,0 +1,67 @@
+"""Per-request sampling parameters (OpenAI-style names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_LOGPROBS = 20
+
+
+@dataclass
+class SamplingParams:
+    """How to pick tokens and when to stop, for one request."""
+
+    n: int = 1
+    """Completions per prompt; they share the prompt's KV blocks."""
+    temperature: float = 1.0
+    """0 means greedy."""
+    top_p: float = 1.0
+    top_k: int = -1
+    """-1 turns it off."""
+    min_p: float = 0.0
+    seed: int | None = None
+    """Makes sampling reproducible whatever else is in the batch."""
+    max_tokens: int | None = 16
+    """None means up to max_model_len."""
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logprobs: int | None = None
+    """None is off; k >= 0 returns the sampled token's logprob plus the top k."""
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad field."""
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        checks: list[tuple[bool, str, str]] = [
+            (self.n >= 1, "n", "must be >= 1"),
+            (self.temperature >= 0.0, "temperature", "must be >= 0"),
+            (0.0 < self.top_p <= 1.0, "top_p", "must be in (0, 1]"),
+            (self.top_k == -1 or self.top_k >= 1, "top_k", "must be -1 (off) or >= 1"),
+            (0.0 <= self.min_p <= 1.0, "min_p", "must be in [0, 1]"),
+            (self.max_tokens is None or self.max_tokens >= 1, "max_tokens", "must be >= 1"),
+            (-2.0 <= self.presence_penalty <= 2.0, "presence_penalty", "must be in [-2, 2]"),
+            (-2.0 <= self.frequency_penalty <= 2.0, "frequency_penalty", "must be in [-2, 2]"),
+            (self.repetition_penalty > 0.0, "repetition_penalty", "must be > 0"),
+            (
+                self.logprobs is None or 0 <= self.logprobs <= MAX_LOGPROBS,
+                "logprobs",
+                f"must be in [0, {MAX_LOGPROBS}]",
+            ),
+            (all(isinstance(s, str) and s for s in self.stop), "stop", "must be non-empty strings"),
+            (all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", "bad id"),
+        ]
+        for ok, name, why in checks:
+            if not ok:
+                raise ValueError(f"{name} {why}, got {getattr(self, name)!r}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0

@@ -1,0 +1,92 @@
+"""One token sequence: a prompt plus the tokens generated so far, and where its KV lives."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from backends.engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+    from backends.engine.outputs import Logprob
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    """A prompt plus its completion. ``n > 1`` requests own one Sequence per completion.
+
+    ``num_computed_tokens`` counts the tokens whose K/V are in the cache; the scheduler hands the rest
+    (a prefill chunk, or the one newest token of a decode) to the model runner.
+    """
+
+    seq_id: int
+    request_id: str
+    token_ids: list[int]
+    params: SamplingParams
+    arrival: int
+    """Admission order; with ``priority`` it orders the queues (lower runs first)."""
+    index: int = 0
+    """Which of the request's n completions this is."""
+    priority: int = 0
+    cache_salt: str | None = None
+    num_prompt_tokens: int = 0
+    num_computed_tokens: int = 0
+    num_cached_tokens: int = 0
+    """Prompt tokens found in the prefix cache at first admission."""
+    num_hashed_blocks: int = 0
+    """Leading blocks of block_table already registered in the prefix cache."""
+    block_table: list[int] = field(default_factory=list)
+    block_hashes: list[int] = field(default_factory=list)
+    """Chained hash of every full block of token_ids, computed lazily."""
+    status: SequenceStatus = SequenceStatus.WAITING
+    finish_reason: str | None = None
+    error: str | None = None
+    generator: torch.Generator | None = None
+    logprobs: list[tuple[Logprob, list[Logprob]]] | None = None
+    text: str = ""
+    detokenizer: Any = None
+    """The IncrementalDetokenizer the engine attaches."""
+    num_preemptions: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.num_prompt_tokens:
+            self.num_prompt_tokens = len(self.token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    @property
+    def sort_key(self) -> tuple[int, int, int]:
+        return (self.priority, self.arrival, self.index)
+
+    def full_block_hashes(self, block_size: int) -> list[int]:
+        """Hashes of the full blocks of token_ids, each chained to its parent's (and the salt)."""
+        num_full = self.num_tokens // block_size
+        hashes = self.block_hashes
+        while len(hashes) < num_full:
+            i = len(hashes)
+            parent = hashes[-1] if hashes else hash(("salt", self.cache_salt))
+            hashes.append(hash((parent, tuple(self.token_ids[i * block_size : (i + 1) * block_size]))))
+        return hashes[:num_full]

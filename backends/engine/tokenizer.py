@@ -1,0 +1,128 @@
+"""Text <-> token ids, the chat template, and incremental detokenization for streaming."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+
+from backends.engine.chat_template import render_chat_template
+from backends.engine.errors import ModelLoadError
+
+
+class Tokenizer:
+    """A ``tokenizers.Tokenizer`` plus the special ids and chat template of one model."""
+
+    def __init__(
+        self,
+        backend: tokenizers.Tokenizer,
+        *,
+        eos_token_id: int,
+        bos_token_id: int | None = None,
+        chat_template: str | None = None,
+        add_bos_token: bool = False,
+    ) -> None:
+        self.backend = backend
+        self.eos_token_id = eos_token_id
+        self.bos_token_id = bos_token_id
+        self.chat_template = chat_template
+        self.add_bos_token = add_bos_token
+        self.vocab_size = backend.get_vocab_size()
+        self._token_cache: dict[int, str] = {}
+
+    @classmethod
+    def from_hf_dir(cls, path: str | Path) -> Tokenizer:
+        """Read tokenizer.json and tokenizer_config.json (special tokens, chat template)."""
+        path = Path(path)
+        if not (path / "tokenizer.json").exists():
+            raise ModelLoadError(f"{path} has no tokenizer.json")
+        backend = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
+        cfg: dict[str, Any] = {}
+        if (path / "tokenizer_config.json").exists():
+            cfg = json.loads((path / "tokenizer_config.json").read_text())
+        template = cfg.get("chat_template")
+        if template is None and (path / "chat_template.jinja").exists():
+            template = (path / "chat_template.jinja").read_text()
+
+        def token_id(key: str) -> int | None:
+            tok = cfg.get(key)
+            if isinstance(tok, dict):
+                tok = tok.get("content")
+            return backend.token_to_id(tok) if tok else None
+
+        eos = token_id("eos_token")
+        if eos is None and (path / "config.json").exists():
+            eos = json.loads((path / "config.json").read_text()).get("eos_token_id")
+            eos = eos[0] if isinstance(eos, list) else eos
+        if eos is None:
+            raise ModelLoadError(f"{path}: no eos token in tokenizer_config.json or config.json")
+        return cls(
+            backend,
+            eos_token_id=eos,
+            bos_token_id=token_id("bos_token"),
+            chat_template=template if isinstance(template, str) else None,
+            add_bos_token=bool(cfg.get("add_bos_token", False)),
+        )
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        ids: list[int] = self.backend.encode(text, add_special_tokens=False).ids
+        if add_special_tokens and self.add_bos_token and self.bos_token_id is not None:
+            ids = [self.bos_token_id, *ids]
+        return ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def token_text(self, token_id: int) -> str:
+        """One token's text on its own (for logprobs), cached."""
+        text = self._token_cache.get(token_id)
+        if text is None:
+            text = self.backend.decode([token_id], skip_special_tokens=False)
+            self._token_cache[token_id] = text
+        return text
+
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **context: Any
+    ) -> str:
+        if not self.chat_template:
+            raise ValueError("this model has no chat template; use the completions endpoint")
+        special = {
+            "bos_token": self._token_str(self.bos_token_id),
+            "eos_token": self._token_str(self.eos_token_id),
+        }
+        return render_chat_template(
+            self.chat_template,
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            **{**special, **context},
+        )
+
+    def _token_str(self, token_id: int | None) -> str:
+        return "" if token_id is None else (self.backend.id_to_token(token_id) or "")
+
+
+class IncrementalDetokenizer:
+    """Turns a growing token list into text deltas that never split a UTF-8 character.
+
+    It decodes a short window before the newest tokens (so spacing and merges come out as in a full
+    decode) and holds text back while it ends in the replacement character of a partial byte sequence.
+    """
+
+    CONTEXT_TOKENS = 6
+
+    def __init__(self, tokenizer: Tokenizer, num_prompt_tokens: int) -> None:
+        self.tokenizer = tokenizer
+        self.prefix_offset = max(num_prompt_tokens - self.CONTEXT_TOKENS, 0)
+        self.read_offset = num_prompt_tokens
+
+    def step(self, token_ids: list[int]) -> str:
+        """The new text since the last call, given every token id (prompt included)."""
+        decode = self.tokenizer.decode
+        prefix_text = decode(token_ids[self.prefix_offset : self.read_offset])
+        full_text = decode(token_ids[self.prefix_offset :])
+        if len(full_text) > len(prefix_text) and not full_text.endswith("\ufffd"):
+            self.prefix_offset, self.read_offset = self.read_offset, len(token_ids)
+            return full_text[len(prefix_text) :]
+        return ""

@@ -1,0 +1,158 @@
+"""The server's Prometheus metrics, under vLLM's names so a gateway built for vLLM reads its load.
+
+Engine gauges and counters (running, waiting, KV usage, prefix cache, preemptions, token totals) are
+read from ``EngineStats`` at scrape time; latency histograms are observed by the server per request.
+Every metric carries the ``model_name`` label. One registry per app: no module globals.
+
+Beyond vLLM's names: ``switchyard_engine_batch_size`` (sequences in the running batch) and
+``switchyard_engine_generation_tokens_per_second`` (generated tokens per second over the last
+``RATE_WINDOW_S`` of scrapes; ``rate(vllm:generation_tokens_total[1m])`` says the same in PromQL).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+RATE_WINDOW_S = 60.0
+
+# vLLM's buckets, so dashboards built for it line up
+TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                  20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+TPOT_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                  20.0, 40.0, 80.0)  # fmt: skip
+E2E_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+
+
+class ServerMetrics:
+    """The registry of one server, its request histograms, and the engine-stats collector."""
+
+    def __init__(self, model_name: str, read_stats: Callable[[], Any | None]) -> None:
+        self.model_name = model_name
+        self.registry = CollectorRegistry(auto_describe=False)
+        labels = ["model_name"]
+        self._ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Time from request arrival to its first generated token.",
+            labels,
+            buckets=TTFT_BUCKETS_S,
+            registry=self.registry,
+        ).labels(model_name)
+        self._tpot = Histogram(
+            "vllm:time_per_output_token_seconds",
+            "Time between generated tokens of a request, per token.",
+            labels,
+            buckets=TPOT_BUCKETS_S,
+            registry=self.registry,
+        ).labels(model_name)
+        self._e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Time from request arrival to its last token.",
+            labels,
+            buckets=E2E_BUCKETS_S,
+            registry=self.registry,
+        ).labels(model_name)
+        self._success = Counter(
+            "vllm:request_success",
+            "Finished requests, by finish reason.",
+            [*labels, "finished_reason"],
+            registry=self.registry,
+        )
+        self.registry.register(_EngineStatsCollector(model_name, read_stats))
+
+    def observe_first_token(self, ttft_s: float) -> None:
+        self._ttft.observe(ttft_s)
+
+    def observe_inter_token(self, per_token_s: float, num_tokens: int) -> None:
+        for _ in range(num_tokens):
+            self._tpot.observe(per_token_s)
+
+    def observe_finished(self, e2e_s: float, finish_reason: str) -> None:
+        self._e2e.observe(e2e_s)
+        self._success.labels(self.model_name, finish_reason).inc()
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)
+
+
+class _EngineStatsCollector(Collector):
+    """Reads ``EngineStats`` at each scrape; all zeros while the engine is still loading."""
+
+    def __init__(
+        self,
+        model_name: str,
+        read_stats: Callable[[], Any | None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._model_name = model_name
+        self._read_stats = read_stats
+        self._clock = clock
+        self._samples: deque[tuple[float, float]] = deque()
+        """(time, generated tokens) at recent scrapes, for tokens per second."""
+
+    def _tokens_per_second(self, num_generated: float) -> float:
+        now = self._clock()
+        samples = self._samples
+        samples.append((now, num_generated))
+        while len(samples) > 2 and now - samples[1][0] >= RATE_WINDOW_S:
+            samples.popleft()  # keep one sample at least a window old, if there is one
+        then, tokens = samples[0]
+        if now - then <= 0 or num_generated < tokens:
+            return 0.0
+        return (num_generated - tokens) / (now - then)
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._read_stats()
+        labels = [self._model_name]
+
+        def value(name: str) -> float:
+            return float(getattr(stats, name, 0) or 0) if stats is not None else 0.0
+
+        gauges = (
+            ("vllm:num_requests_running", "Requests in the running batch.", "num_running"),
+            ("vllm:num_requests_waiting", "Requests waiting to be scheduled.", "num_waiting"),
+            ("vllm:kv_cache_usage_perc", "Share of KV-cache blocks in use (1 = full).", "kv_cache_usage"),
+        )
+        for name, doc, attr in gauges:
+            gauge = GaugeMetricFamily(name, doc, labels=["model_name"])
+            gauge.add_metric(labels, value(attr))
+            yield gauge
+        counters = (
+            (
+                "vllm:prefix_cache_queries",
+                "Prompt tokens looked up in the prefix cache.",
+                "prefix_cache_queries",
+            ),
+            ("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", "prefix_cache_hits"),
+            ("vllm:num_preemptions", "Requests preempted to free KV blocks.", "num_preemptions"),
+            ("vllm:prompt_tokens", "Prompt tokens processed.", "num_prompt_tokens"),
+            ("vllm:generation_tokens", "Tokens generated.", "num_generated_tokens"),
+        )
+        for name, doc, attr in counters:
+            counter = CounterMetricFamily(name, doc, labels=["model_name"])
+            counter.add_metric(labels, value(attr))
+            yield counter
+        batch = GaugeMetricFamily(
+            "switchyard_engine_batch_size", "Sequences in the running batch.", labels=["model_name"]
+        )
+        batch.add_metric(labels, value("num_running"))
+        yield batch
+        rate = GaugeMetricFamily(
+            "switchyard_engine_generation_tokens_per_second",
+            f"Generated tokens per second since the oldest scrape in the last {RATE_WINDOW_S:.0f} s.",
+            labels=["model_name"],
+        )
+        rate.add_metric(labels, self._tokens_per_second(value("num_generated_tokens")))
+        yield rate
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())

@@ -1,0 +1,60 @@
+"""Tokenizer wrapper, chat template rendering and incremental detokenization."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backends.engine.chat_template import ChatTemplateError, render_chat_template
+from backends.engine.tokenizer import IncrementalDetokenizer, Tokenizer
+from tests.backends.engine.tiny import EOS_ID
+
+
+@pytest.fixture
+def tokenizer(tiny_dirs: dict[str, Path]) -> Tokenizer:
+    return Tokenizer.from_hf_dir(tiny_dirs["gqa"])
+
+
+def test_reads_special_tokens_and_template(tokenizer: Tokenizer) -> None:
+    assert tokenizer.eos_token_id == EOS_ID
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    ids = tokenizer.encode(text)
+    assert ids[0] == tokenizer.backend.token_to_id("<|im_start|>")
+    assert tokenizer.decode(ids) == "user\nhi\nassistant\n"  # specials skipped
+
+
+def test_incremental_detokenizer_never_splits_utf8(tokenizer: Tokenizer) -> None:
+    text = "héllo 東京 🚀!"
+    ids = tokenizer.encode(text)  # one token per byte: multi-byte characters span tokens
+    detok = IncrementalDetokenizer(tokenizer, 0)
+    pieces = [detok.step(ids[: i + 1]) for i in range(len(ids))]
+    assert "".join(pieces) == text
+    assert all("\ufffd" not in p for p in pieces)
+
+
+def test_template_features_like_transformers() -> None:
+    template = (
+        "{% for m in messages %}{% if m['role'] == 'bad' %}{{ raise_exception('no bad roles') }}{% endif %}"
+        "{{ m['content'] | tojson }}\n{% endfor %}"
+    )
+    assert render_chat_template(template, [{"role": "user", "content": "é"}]) == '"é"\n'
+    with pytest.raises(ChatTemplateError, match="no bad roles"):
+        render_chat_template(template, [{"role": "bad", "content": "x"}])
+
+
+def test_trim_and_lstrip_blocks() -> None:
+    template = "{% for m in messages %}\n  {% if true %}\n{{ m['content'] }}\n  {% endif %}\n{% endfor %}"
+    assert render_chat_template(template, [{"role": "u", "content": "a"}]) == "a\n"
+
+
+def test_sandbox_blocks_attribute_escape() -> None:
+    with pytest.raises(ChatTemplateError):
+        render_chat_template("{{ messages.__class__.__mro__ }}", [])
+
+
+def test_no_template_is_a_value_error(tokenizer: Tokenizer) -> None:
+    tokenizer.chat_template = None
+    with pytest.raises(ValueError, match="chat template"):
+        tokenizer.apply_chat_template([{"role": "user", "content": "x"}])

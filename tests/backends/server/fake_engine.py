@@ -1,0 +1,195 @@
+"""An in-memory twin of ``AsyncLLMEngine`` with a byte tokenizer, for the HTTP contract tests.
+
+Each request "generates" a scripted reply one UTF-8 byte per step, so multi-byte characters really
+arrive split across steps (the text ends in U+FFFD until their last byte), and holds one KV "block" per
+running sequence so tests can check that aborts free them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from backends.engine.errors import QueueFullError
+from backends.engine.outputs import CompletionOutput, Logprob, RequestOutput
+from backends.engine.sampling_params import SamplingParams
+
+REPLY = "Hello, wörld! 😀 done."
+EOS_ID = 256
+
+
+class FakeTokenizer:
+    """One token per UTF-8 byte; 256 is EOS. ChatML template."""
+
+    eos_token_id = EOS_ID
+    bos_token_id = None
+    vocab_size = 257
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(text.encode())
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode(errors="replace")
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+        if messages[0]["role"] == "assistant":
+            raise ValueError("Conversations must start with a user or system message")
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+
+@dataclass
+class FakeCore:
+    tokenizer: FakeTokenizer = field(default_factory=FakeTokenizer)
+    model_name: str = "tiny-fake"
+    max_model_len: int = 512
+
+
+@dataclass(frozen=True)
+class FakeStats:
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float
+    num_blocks_total: int
+    num_blocks_free: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    num_preemptions: int
+    num_generated_tokens: int
+    num_prompt_tokens: int
+
+
+class FakeAsyncEngine:
+    """Same shape as AsyncLLMEngine; ``step_s`` paces the steps; ``hold()`` keeps requests waiting."""
+
+    def __init__(self, *, max_waiting: int = 8, step_s: float = 0.001, reply: str = REPLY) -> None:
+        self.engine = FakeCore()
+        self.max_waiting = max_waiting
+        self.step_s = step_s
+        self.reply = reply.encode()
+        self.num_blocks_total = 64
+        self.running: set[str] = set()
+        self.waiting: set[str] = set()
+        self.aborted: list[str] = []
+        self.calls: list[dict[str, Any]] = []
+        self.num_prompt_tokens = 0
+        self.num_generated_tokens = 0
+        self.is_started = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._gate: asyncio.Event | None = None
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._gate = asyncio.Event()
+        self._gate.set()
+        self.is_started = True
+
+    async def stop(self) -> None:
+        self.is_started = False
+
+    def hold(self) -> None:
+        """Keep new requests waiting (thread-safe)."""
+        assert self._loop is not None and self._gate is not None
+        self._loop.call_soon_threadsafe(self._gate.clear)
+
+    def release(self) -> None:
+        assert self._loop is not None and self._gate is not None
+        self._loop.call_soon_threadsafe(self._gate.set)
+
+    def stats(self) -> FakeStats:
+        used = len(self.running)
+        return FakeStats(
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            kv_cache_usage=used / self.num_blocks_total,
+            num_blocks_total=self.num_blocks_total,
+            num_blocks_free=self.num_blocks_total - used,
+            prefix_cache_queries=self.num_prompt_tokens,
+            prefix_cache_hits=0,
+            num_preemptions=0,
+            num_generated_tokens=self.num_generated_tokens,
+            num_prompt_tokens=self.num_prompt_tokens,
+        )
+
+    def generate(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams,
+        *,
+        cache_salt: str | None = None,
+        priority: int = 0,
+    ) -> AsyncIterator[RequestOutput]:
+        params.validate()
+        if len(self.waiting) >= self.max_waiting:
+            raise QueueFullError(f"{len(self.waiting)} requests already wait")
+        ids = self.engine.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if len(ids) >= self.engine.max_model_len:
+            raise ValueError("prompt too long")
+        self.calls.append({"request_id": request_id, "prompt": ids, "params": params,
+                           "cache_salt": cache_salt, "priority": priority})  # fmt: skip
+        self.waiting.add(request_id)
+        return self._run(request_id, ids, params)
+
+    async def _run(
+        self, request_id: str, ids: list[int], params: SamplingParams
+    ) -> AsyncIterator[RequestOutput]:
+        assert self._gate is not None
+        tokens: list[list[int]] = [[] for _ in range(params.n)]
+        finish: list[str | None] = [None] * params.n
+        logprobs: list[list[tuple[Logprob, list[Logprob]]]] = [[] for _ in range(params.n)]
+        limit = params.max_tokens or self.engine.max_model_len - len(ids)
+        try:
+            await self._gate.wait()
+            self.waiting.discard(request_id)
+            self.running.add(request_id)
+            self.num_prompt_tokens += len(ids)
+            while not all(finish):
+                await asyncio.sleep(self.step_s)
+                texts = []
+                for i in range(params.n):
+                    if finish[i] is None:
+                        position = len(tokens[i])
+                        token = self.reply[position] if position < len(self.reply) else EOS_ID
+                        if token == EOS_ID and not params.ignore_eos:
+                            finish[i] = "stop"
+                        else:
+                            tokens[i].append(token if token != EOS_ID else ord("."))
+                            self.num_generated_tokens += 1
+                            if params.logprobs is not None:
+                                chosen = Logprob(token, -0.5, self.engine.tokenizer.decode([token]))
+                                top = [
+                                    Logprob(t, -1.0 - t / 1000, chr(t))
+                                    for t in range(65, 65 + params.logprobs)
+                                ]
+                                logprobs[i].append((chosen, top))
+                            if len(tokens[i]) >= limit:
+                                finish[i] = "length"
+                    text = self.engine.tokenizer.decode(tokens[i])
+                    for stop in params.stop:
+                        if stop in text:
+                            text, finish[i] = text[: text.index(stop)], "stop"
+                    texts.append(text)
+                yield RequestOutput(
+                    request_id=request_id,
+                    prompt_token_ids=ids,
+                    outputs=[
+                        CompletionOutput(
+                            index=i,
+                            text=texts[i],
+                            token_ids=list(tokens[i]),
+                            finish_reason=finish[i],
+                            logprobs=list(logprobs[i]) if params.logprobs is not None else None,
+                        )
+                        for i in range(params.n)
+                    ],
+                    finished=all(finish),
+                    num_cached_tokens=3,
+                )
+        finally:
+            if not all(finish):
+                self.aborted.append(request_id)
+            self.waiting.discard(request_id)
+            self.running.discard(request_id)

@@ -1,0 +1,98 @@
+"""`make run`'s command end to end: the real engine (SmolLM2) behind the gateway, the openai SDK in front."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openai
+import pytest
+import yaml
+
+from tests.support.redis_server import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def test_gateway_run_with_the_local_engine(tmp_path: Path) -> None:
+    engine_port, gateway_port = free_port(), free_port()
+    document = yaml.safe_load((REPO / "policies" / "default.yaml").read_text())
+    text = yaml.safe_dump(document).replace("127.0.0.1:8100", f"127.0.0.1:{engine_port}")
+    policy = tmp_path / "default.yaml"
+    policy.write_text(text)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "run", "--policy", str(policy), "--port", str(gateway_port)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 240
+        exports: dict[str, str] = {}
+        while time.monotonic() < deadline and len(exports) < 2:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("export OPENAI_"):
+                name, _, value = line.removeprefix("export ").strip().partition("=")
+                exports[name] = value
+        assert len(exports) == 2, "".join(lines[-30:])
+        assert exports["OPENAI_BASE_URL"] == f"http://127.0.0.1:{gateway_port}/v1"
+        key = exports["OPENAI_API_KEY"]
+        assert key not in (tmp_path / "local.yaml").read_text()  # only its hash is written
+
+        client = openai.OpenAI(base_url=exports["OPENAI_BASE_URL"], api_key=key, max_retries=0, timeout=120)
+        answer = client.chat.completions.create(
+            model="gpt-4o-mini",
+            temperature=0,
+            max_tokens=16,
+            messages=[{"role": "user", "content": "What is the capital of France?"}],
+        )
+        assert "Paris" in (answer.choices[0].message.content or "")
+        assert answer.model == "gpt-4o-mini"
+        streamed = "".join(
+            c.choices[0].delta.content or ""
+            for c in client.chat.completions.create(
+                model="small",
+                temperature=0,
+                max_tokens=16,
+                stream=True,
+                messages=[{"role": "user", "content": "What is the capital of France?"}],
+            )
+            if c.choices
+        )
+        assert streamed == answer.choices[0].message.content
+        assert (
+            "Paris"
+            in client.completions.create(
+                model="small", prompt="The capital of France is", max_tokens=4, temperature=0
+            )
+            .choices[0]
+            .text
+        )
+        routed = client.chat.completions.with_raw_response.create(
+            model="auto", max_tokens=4, messages=[{"role": "user", "content": "hi!"}]
+        )
+        assert routed.headers["x-switchyard-pool"] in ("small", "medium", "large")
+        assert routed.headers["x-switchyard-route-reason"].startswith("learned")
+        embedding = client.embeddings.create(model="text-embedding-3-small", input="hello")
+        assert len(embedding.data[0].embedding) == 384
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(
+                base_url=exports["OPENAI_BASE_URL"], api_key="sk-wrong", max_retries=0
+            ).models.list()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()

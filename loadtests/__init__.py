@@ -1,1 +1,1 @@
-"""Locust load tests for Switchyard (see LOADTEST_README.md)."""
+"""Locust load tests for Switchyard (see the README)."""

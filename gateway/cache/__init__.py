@@ -12,7 +12,7 @@ Public API::
         EmbeddingCache, RedisEmbeddingCache, MemoryEmbeddingCache, embedding_inputs, embedding_options,
     )
 
-See CACHE_README.md for how the pieces fit into the pipeline.
+See the README (Caches) for how the pieces fit into the pipeline.
 """
 
 from gateway.cache.affinity import EVENT_OF_REASON, cache_salt, choose_replica, prefix_chain, prompt_bytes

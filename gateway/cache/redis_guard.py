@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 
 T = TypeVar("T")
 EventHook = Callable[..., None]
-"""``on_event(name: str, n: int = 1)``: the metric hook of every cache (names in CACHE_README.md)."""
+"""``on_event(name: str, n: int = 1)``: the metric hook of every cache (names in the README, Caches)."""
 
 logger = logging.getLogger("switchyard.cache")
 

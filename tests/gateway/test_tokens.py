@@ -106,7 +106,7 @@ def test_counting_a_1k_token_prompt_is_fast() -> None:
     for _ in range(50):
         counter.count_text(text)
     per_call_us = (time.perf_counter() - started) / 50 * 1e6
-    assert per_call_us < 5000  # generous for a busy CI core; measured ~100-200 us (see STORES_README.md)
+    assert per_call_us < 5000  # generous for a busy CI core; measured ~100-200 us (see the README)
 
 
 @pytest.mark.parametrize(

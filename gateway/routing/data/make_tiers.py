@@ -2,7 +2,7 @@
 """Generate gateway/routing/data/tiers.jsonl: templates x varied slots, one group id per template.
 
 Run: python .local/helper_R/make_tiers.py > gateway/routing/data/tiers.jsonl
-Label guidelines (see ROUTING_README.md): small = chit-chat, short facts, extraction, rewriting,
+Label guidelines (see the README): small = chit-chat, short facts, extraction, rewriting,
 translation, classification, formatting; medium = summaries, ordinary code, explanations,
 comparisons, drafting; large = multi-step reasoning, maths, proofs, system design, research-grade
 analysis and long multi-constraint planning.

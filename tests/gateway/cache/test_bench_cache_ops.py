@@ -1,4 +1,4 @@
-"""bench/cache_ops.py (quoted in CACHE_README.md) runs, on memory and on a real Redis."""
+"""bench/cache_ops.py (quoted in the README) runs, on memory and on a real Redis."""
 
 from __future__ import annotations
 

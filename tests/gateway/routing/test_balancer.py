@@ -311,8 +311,9 @@ def test_pick_is_cheap() -> None:
 
 
 def test_the_readme_policy_example_loads() -> None:
-    readme = (Path(__file__).resolve().parents[3] / "gateway" / "routing" / "BALANCER_README.md").read_text()
-    block = readme.split("### Policy", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme.split("## Replica choice, health and fallbacks", 1)[1]
+    block = section.split("### Policy", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     config = convert_routing(yaml.safe_load(block)["routing"])
     pools = {
         name: SimpleNamespace(replicas=[SimpleNamespace(label=label)])

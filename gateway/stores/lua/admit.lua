@@ -7,7 +7,8 @@
 --          {now, lease_ttl, reserve, id, window, to_next_month,
 --                 checks: [[kind, rule_no, key_no, limit], ...]   kind 1 requests, 2 tokens, 3 concurrency
 --                 budgets: [[scope, monthly_usd], ...]}
---          A requests or tokens key is a hash (second -> amount); a concurrency key a sorted set
+--          A requests or tokens key is a hash (second -> amount, plus t = the total of the live
+--          seconds, lo / hi = the oldest / newest second); a concurrency key a sorted set
 --          (request id -> lease expiry).
 -- Returns, per ARGV entry, {allowed, reason, index, retry_ms, exceeds, lim_req, rem_req, reset_req_ms,
 --          lim_tok, rem_tok, reset_tok_ms}; reason 0 none, 1 requests, 2 tokens, 3 concurrency,
@@ -19,22 +20,46 @@ local function admit_one(spec)
   local cur = math.floor(now)
   local oldest_live = cur - window
 
-  -- Drop buckets that left the window; return the amount in it and the live buckets, oldest first.
-  local function scan(key)
+  -- All live buckets, oldest first (the denial path only: it needs them for Retry-After).
+  local function live_buckets(key)
     local flat = redis.call('HGETALL', key)
-    local used, live, stale = 0, {}, {}
+    local live = {}
     for i = 1, #flat, 2 do
-      local bucket, amount = tonumber(flat[i]), tonumber(flat[i + 1])
-      if bucket < oldest_live then
-        stale[#stale + 1] = flat[i]
-      else
-        used = used + amount
-        live[#live + 1] = {bucket, amount}
-      end
+      local bucket = tonumber(flat[i])  -- nil for the meta fields t, lo, hi
+      if bucket and bucket >= oldest_live then live[#live + 1] = {bucket, tonumber(flat[i + 1])} end
     end
-    if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
     table.sort(live, function(x, y) return x[1] < y[1] end)
-    return used, live
+    return live
+  end
+
+  -- The amount in the window, O(1) amortised: the hash keeps its total (t) and its oldest (lo) and
+  -- newest (hi) buckets; seconds that left the window are dropped one by one as time passes.
+  local function scan(key)
+    local meta = redis.call('HMGET', key, 't', 'lo', 'hi')
+    local total, lo, hi = tonumber(meta[1]), tonumber(meta[2]), tonumber(meta[3])
+    if total == nil or lo == nil or hi == nil then return 0, nil end  -- empty or expired
+    if hi < oldest_live then
+      redis.call('DEL', key)
+      return 0, nil
+    end
+    if lo < oldest_live then
+      local stale = {}
+      for b = lo, oldest_live - 1 do stale[#stale + 1] = b end
+      local removed = 0
+      for _, v in ipairs(redis.call('HMGET', key, unpack(stale))) do removed = removed + (tonumber(v) or 0) end
+      redis.call('HDEL', key, unpack(stale))
+      total = total - removed
+      if total < 0 then total = 0 end
+      redis.call('HSET', key, 't', total, 'lo', oldest_live)
+    end
+    return total, hi
+  end
+
+  local function take(key, amount)
+    redis.call('HINCRBY', key, cur, amount)
+    if redis.call('HINCRBY', key, 't', amount) == amount then redis.call('HSET', key, 'lo', cur) end
+    redis.call('HSET', key, 'hi', cur)
+    redis.call('EXPIRE', key, window + 2)
   end
 
   -- Seconds until used + need <= limit as the oldest buckets leave the window.
@@ -47,9 +72,9 @@ local function admit_one(spec)
     return window + 1
   end
 
-  local function reset_s(live)
-    if #live == 0 then return 0 end
-    return live[#live][1] + window + 1 - now
+  local function reset_s(hi)
+    if hi == nil then return 0 end
+    return hi + window + 1 - now
   end
 
   -- The reported reason is the first by priority (budget, requests, tokens, concurrency);
@@ -70,17 +95,17 @@ local function admit_one(spec)
   for _, check in ipairs(a.checks) do
     local kind, rule_no, key, limit = check[1], check[2], KEYS[check[3]], check[4]
     if kind == 1 then
-      local used, live = scan(key)
-      req[#req + 1] = {limit, used, live}
-      if used + 1 > limit then fail(1, rule_no, wait_s(live, used, 1, limit)) end
+      local used, hi = scan(key)
+      req[#req + 1] = {limit, used, hi}
+      if used + 1 > limit then fail(1, rule_no, wait_s(live_buckets(key), used, 1, limit)) end
     elseif kind == 2 then
-      local used, live = scan(key)
-      tok[#tok + 1] = {limit, used, live}
+      local used, hi = scan(key)
+      tok[#tok + 1] = {limit, used, hi}
       if reserve > limit then
         exceeds = 1
         fail(2, rule_no, window)
       elseif used + reserve > limit then
-        fail(2, rule_no, wait_s(live, used, reserve, limit))
+        fail(2, rule_no, wait_s(live_buckets(key), used, reserve, limit))
       end
     else
       redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
@@ -98,13 +123,9 @@ local function admit_one(spec)
     for _, check in ipairs(a.checks) do
       local kind, key = check[1], KEYS[check[3]]
       if kind == 1 then
-        redis.call('HINCRBY', key, cur, 1)
-        redis.call('EXPIRE', key, window + 2)
+        take(key, 1)
       elseif kind == 2 then
-        if reserve > 0 then
-          redis.call('HINCRBY', key, cur, reserve)
-          redis.call('EXPIRE', key, window + 2)
-        end
+        if reserve > 0 then take(key, reserve) end
       else
         redis.call('ZADD', key, now + a.lease_ttl, a.id)
         local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')

@@ -24,6 +24,7 @@ local function settle_one(spec)
         local value = tonumber(held) + a.delta
         if value < 0 then value = 0 end
         redis.call('HSET', KEYS[key_no], a.bucket, value)
+        redis.call('HINCRBY', KEYS[key_no], 't', value - tonumber(held))  -- the window's running total
       end
     end
   end

@@ -186,7 +186,9 @@ def _denial(reason: str | None, scope: str | None, exceeds: bool, headers: dict[
 def prompt_tokens(call: Call) -> int:
     """Prompt tokens as tiktoken counts them (cached on the call)."""
     if call.num_prompt_tokens is None:
-        counter = TokenCounter.for_model(call.model)
+        counter = TokenCounter.for_model(
+            call.model, default_encoding=call.policy.store.unknown_model_encoding
+        )
         body = call.body
         if call.endpoint is Endpoint.CHAT:
             call.num_prompt_tokens = counter.count_chat(body.get("messages") or [], body.get("tools"))

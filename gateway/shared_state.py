@@ -1,0 +1,74 @@
+"""What gateway replicas share: the limits store and the caches, in Redis when the policy's
+Redis URL is set, else in this process (the single-replica embedded default)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.cache import (
+    AffinityMap,
+    MemoryAffinityMap,
+    MemoryResponseCache,
+    RedisAffinityMap,
+    RedisResponseCache,
+    ResponseCache,
+    SingleFlight,
+)
+from gateway.cache.blobs import Blobs, MemoryBlobs, RedisBlobs
+from gateway.cache.embedding_cache import EmbeddingCache, MemoryEmbeddingCache, RedisEmbeddingCache
+from gateway.policy import Policy
+from gateway.stores import FailoverStore, MemoryStore, RedisStore, Store
+from gateway.telemetry import Metrics
+
+
+def build_store(policy: Policy, *, on_fallback: Callable[[str], None] | None = None) -> Store:
+    """The policy's store: Redis (with a local fallback or fail-closed) when a URL is set, else memory."""
+    config = policy.store
+    url = os.environ.get(config.url_env) if config.url_env else None
+    if not url:
+        return MemoryStore()
+    return FailoverStore(
+        RedisStore(url, timeout_s=config.timeout_s),
+        MemoryStore(),
+        mode=config.on_failure,
+        on_fallback=on_fallback,
+    )
+
+
+@dataclass(frozen=True)
+class Caches:
+    """The caches and the shared maps, in Redis or in this process."""
+
+    responses: ResponseCache
+    flights: SingleFlight
+    affinity: AffinityMap
+    embeddings: EmbeddingCache
+    sticky: Blobs
+    """Conversation -> pool, for sticky tier routing."""
+
+    async def close(self) -> None:
+        for closable in (self.responses, self.affinity, self.embeddings, self.sticky):
+            await closable.close()
+
+
+def build_caches(policy: Policy, metrics: Metrics) -> Caches:
+    """Redis-backed caches when the store's Redis URL is set (shared by all replicas), else memory."""
+    url = os.environ.get(policy.store.url_env) if policy.store.url_env else None
+    responses: ResponseCache
+    affinity: AffinityMap
+    embeddings: EmbeddingCache
+    sticky: Blobs
+    if url:
+        responses = RedisResponseCache(url, on_event=metrics.cache_hook("response"))
+        affinity = RedisAffinityMap(url, on_event=metrics.cache_hook("affinity"))
+        embeddings = RedisEmbeddingCache(url, on_event=metrics.cache_hook("embedding"))
+        sticky = RedisBlobs(url, on_event=metrics.cache_hook("sticky"), name="sticky tiers")
+    else:
+        responses = MemoryResponseCache(on_event=metrics.cache_hook("response"))
+        affinity = MemoryAffinityMap(on_event=metrics.cache_hook("affinity"))
+        embeddings = MemoryEmbeddingCache(on_event=metrics.cache_hook("embedding"))
+        sticky = MemoryBlobs(4 * 1024 * 1024)
+    flights = SingleFlight(responses, on_event=metrics.cache_hook("response"))
+    return Caches(responses, flights, affinity, embeddings, sticky)

@@ -77,10 +77,15 @@ class PolicyReloader:
         return True
 
     async def _watch(self) -> None:
+        seen = self._stamp
         while True:
             await asyncio.sleep(self.poll_interval_s)
-            if self._file_stamp() != self._stamp:
+            stamp = self._file_stamp()
+            # reload once a change has held still for one interval: a file caught mid-write
+            # (truncated, half written) is never parsed and refused
+            if stamp != self._stamp and stamp == seen:
                 self.reload()
+            seen = stamp
 
     def start(self) -> None:
         """Start polling the files and listen for SIGHUP (where the loop supports signals)."""

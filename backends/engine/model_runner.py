@@ -74,10 +74,13 @@ class ModelRunner:
             else:
                 prefill_specs.append((start_row, start_row + n, start_pos, table))
         to = self.device
-        meta = AttentionMetadata(slot_mapping=torch.tensor(slots, dtype=torch.long, device=to))
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=to), block_size=self.block_size
+        )
         if decode_lens:
             meta.num_decode_tokens = len(decode_lens)
-            meta.decode_blocks, meta.decode_mask = self._decode_slots(decode_tables, decode_lens)
+            meta.decode_blocks = self._decode_blocks(decode_tables, decode_lens)
+            meta.decode_lens = torch.tensor(decode_lens, dtype=torch.int32, device=to)
         for start, end, num_context, table in prefill_specs:
             chunk = PrefillChunk(start, end, num_context, None)
             if num_context:
@@ -101,20 +104,12 @@ class ModelRunner:
         offsets = torch.arange(self.block_size, device=self.device)
         return (blocks.unsqueeze(1) * self.block_size + offsets).flatten()[:num_tokens]
 
-    def _decode_slots(
-        self, tables: list[list[int]], lens: list[int]
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Block ids [num_decodes, max_blocks] (gathered whole, 16 slots at a time) and the padding mask."""
-        bs = self.block_size
-        max_len = max(lens)
-        max_blocks = -(-max_len // bs)
-        # pad short tables with their own first block so padded slots are valid memory
+    def _decode_blocks(self, tables: list[list[int]], lens: list[int]) -> torch.Tensor:
+        """Block ids [num_decodes, max_blocks], short tables padded with their own first block so every
+        padded slot is valid memory (the torch path gathers whole blocks, 16 slots at a time)."""
+        max_blocks = -(-max(lens) // self.block_size)
         padded = [t[:max_blocks] + [t[0]] * (max_blocks - min(len(t), max_blocks)) for t in tables]
-        blocks = torch.tensor(padded, dtype=torch.long, device=self.device)
-        padded_len = max_blocks * bs
-        lens_t = torch.tensor(lens, device=self.device)
-        mask = torch.arange(padded_len, device=self.device).unsqueeze(0) < lens_t.unsqueeze(1)
-        return blocks, mask.view(len(lens), 1, 1, padded_len)
+        return torch.tensor(padded, dtype=torch.long, device=self.device)
 
 
 def _is_decode(item: ScheduledSeq) -> bool:

@@ -9,10 +9,13 @@ without touching the model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from backends.engine.kernels.cpu_decode import CpuDecodeKernel
 
 
 @dataclass
@@ -33,12 +36,25 @@ class PrefillChunk:
 class AttentionMetadata:
     slot_mapping: torch.Tensor
     """[num_tokens] slot (block_id * block_size + offset) where each token's K/V goes."""
+    block_size: int = 16
     num_decode_tokens: int = 0
     decode_blocks: torch.Tensor | None = None
-    """[num_decodes, max_blocks] block table of every decode sequence, padded with a valid block."""
-    decode_mask: torch.Tensor | None = None
-    """[num_decodes, 1, 1, max_blocks * block_size] bool, True on real positions."""
+    """int64 [num_decodes, max_blocks] block table of every decode sequence, padded with a valid block."""
+    decode_lens: torch.Tensor | None = None
+    """int32 [num_decodes] context length of each decode sequence, its new token included."""
     prefills: list[PrefillChunk] = field(default_factory=list)
+    _decode_mask: torch.Tensor | None = None
+
+    def decode_mask(self) -> torch.Tensor:
+        """[num_decodes, 1, 1, max_blocks * block_size] bool, True on real positions (built once a step)."""
+        if self._decode_mask is None:
+            assert self.decode_blocks is not None and self.decode_lens is not None
+            b, max_blocks = self.decode_blocks.shape
+            padded_len = max_blocks * self.block_size
+            positions = torch.arange(padded_len, device=self.decode_lens.device)
+            mask = positions.unsqueeze(0) < self.decode_lens.unsqueeze(1)
+            self._decode_mask = mask.view(b, 1, 1, padded_len)
+        return self._decode_mask
 
 
 class AttentionBackend(Protocol):
@@ -67,7 +83,14 @@ class TorchPagedAttention:
     Cache layout: [num_kv_heads, num_slots, head_dim] (slot = block_id * block_size + offset), kv-head
     major so a gather of slots or whole blocks lands directly in the [kv, batch, length, dim] shape the
     matmuls want, with no transposing copy.
+
+    Decodes go to ``decode_kernel`` when one is given and supports the tensors (the CPU kernel reads K/V
+    in place through the block table); the torch path gathers whole blocks, padded to the longest
+    sequence, and is the reference the kernel is tested against.
     """
+
+    def __init__(self, decode_kernel: CpuDecodeKernel | None = None) -> None:
+        self.decode_kernel = decode_kernel
 
     def cache_shape(
         self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
@@ -90,8 +113,12 @@ class TorchPagedAttention:
         out = torch.empty_like(q)
         d = meta.num_decode_tokens
         if d:
-            assert meta.decode_blocks is not None and meta.decode_mask is not None
-            out[:d] = _decode(q[:d], k_cache, v_cache, meta.decode_blocks, meta.decode_mask, scale)
+            assert meta.decode_blocks is not None and meta.decode_lens is not None
+            blocks, lens, kernel = meta.decode_blocks, meta.decode_lens, self.decode_kernel
+            if kernel is not None and kernel.supports(q, k_cache):
+                kernel(q[:d], k_cache, v_cache, blocks, lens, meta.block_size, scale, out[:d])
+            else:
+                out[:d] = _decode(q[:d], k_cache, v_cache, blocks, meta.decode_mask(), scale)
         gqa = num_heads != num_kv_heads
         for p in meta.prefills:
             qs = q[p.start : p.end].transpose(0, 1).unsqueeze(0)
@@ -143,3 +170,10 @@ def _decode(
     scores = scores.masked_fill(~mask.view(1, b, 1, padded_len), float("-inf"))
     probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
     return torch.matmul(probs, values).transpose(0, 1).reshape(b, num_heads, head_dim)
+
+
+def default_backend() -> TorchPagedAttention:
+    """Torch paged attention, with the native CPU decode kernel where it builds."""
+    from backends.engine.kernels import cpu_decode
+
+    return TorchPagedAttention(decode_kernel=cpu_decode.load())

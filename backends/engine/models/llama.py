@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from backends.engine.layers.activation import SiluAndMul
-from backends.engine.layers.attention import AttentionBackend, AttentionMetadata, TorchPagedAttention
+from backends.engine.layers.attention import AttentionBackend, AttentionMetadata, default_backend
 from backends.engine.layers.linear import MergedLinear
 from backends.engine.layers.norm import RMSNorm
 from backends.engine.layers.rotary import RotaryEmbedding
@@ -90,7 +90,7 @@ class LlamaForCausalLM(nn.Module):
     ) -> None:
         super().__init__()
         self.config = cfg
-        backend = backend or TorchPagedAttention()
+        backend = backend or default_backend()
         rotary = RotaryEmbedding(
             cfg.head_dim, max_position or cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling
         )

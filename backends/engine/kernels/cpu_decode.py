@@ -1,0 +1,182 @@
+"""Builds ``paged_decode.c`` with the host C compiler once per machine and calls it through ctypes.
+
+The kernel reads each decode sequence's K/V in place through its block table, so a decode step costs one
+pass over the live KV instead of a gather copy padded to the longest sequence. Nothing here needs torch's
+C++ toolchain: a plain C file, ``cc -O3 -march=native``, cached under ``$SWITCHYARD_CACHE_DIR`` (default
+``~/.cache/switchyard``) by a hash of the source, flags, compiler and CPU. Where no compiler works, or
+``SWITCHYARD_CPU_KERNELS=0``, ``load()`` returns None and attention uses its torch path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("paged_decode.c")
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-fno-math-errno",
+    "-fassociative-math",
+    "-fno-signed-zeros",
+    "-fno-trapping-math",
+    "-freciprocal-math",
+    "-fPIC",
+    "-shared",
+    "-pthread",
+)
+"""Reassociation lets the dot products vectorise; no -ffast-math, whose crtfastmath would flip the whole
+process's denormal mode at load time."""
+DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+BUILD_TIMEOUT_S = 120
+
+
+class CpuDecodeKernel:
+    """``out[s] = softmax(q[s] . K[s]^T * scale) V[s]`` for one query token per sequence, on CPU."""
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        fn = library.paged_decode
+        fn.restype = ctypes.c_int
+        fn.argtypes = [
+            *(ctypes.c_void_p,) * 6,
+            *(ctypes.c_int,) * 6,
+            ctypes.c_int64,
+            ctypes.c_float,
+            ctypes.c_int,
+            ctypes.c_int,
+        ]
+        self._fn = fn
+
+    @staticmethod
+    def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
+        return (
+            q.device.type == "cpu"
+            and q.dtype in DTYPES
+            and k_cache.dtype == q.dtype
+            and q.is_contiguous()
+            and k_cache.is_contiguous()
+        )
+
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        blocks: torch.Tensor,
+        lens: torch.Tensor,
+        block_size: int,
+        scale: float,
+        out: torch.Tensor,
+    ) -> None:
+        """q, out: [b, heads, dim]; caches: [kv_heads, slots, dim]; blocks: int64 [b, max_blocks];
+        lens: int32 [b]."""
+        num_seqs, num_heads, head_dim = q.shape
+        num_kv_heads, num_slots, _ = k_cache.shape
+        max_blocks = blocks.shape[1]
+        if not (
+            v_cache.is_contiguous()
+            and out.is_contiguous()
+            and blocks.dtype == torch.int64
+            and blocks.is_contiguous()
+            and lens.dtype == torch.int32
+            and lens.is_contiguous()
+            and out.dtype == q.dtype
+        ):
+            raise ValueError("paged_decode: unsupported tensor layout")
+        rc = self._fn(
+            q.data_ptr(),
+            k_cache.data_ptr(),
+            v_cache.data_ptr(),
+            blocks.data_ptr(),
+            lens.data_ptr(),
+            out.data_ptr(),
+            num_seqs,
+            max_blocks,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            block_size,
+            num_slots,
+            scale,
+            DTYPES[q.dtype],
+            torch.get_num_threads(),
+        )
+        if rc != 0:
+            raise ValueError("paged_decode: rejected its arguments (lengths or head counts)")
+
+
+@functools.cache
+def load() -> CpuDecodeKernel | None:
+    """The kernel, built if needed; None where it cannot be (no compiler, disabled, not glibc/ELF)."""
+    if os.environ.get("SWITCHYARD_CPU_KERNELS", "1") == "0":
+        return None
+    try:
+        return CpuDecodeKernel(ctypes.CDLL(str(_build())))
+    except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+        log.warning("CPU decode kernel unavailable, using the torch path: %s", exc)
+        return None
+
+
+def _build() -> Path:
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise RuntimeError("no C compiler (cc or gcc) on PATH")
+    version = subprocess.run(
+        [compiler, "--version"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    key = hashlib.sha256(
+        b"\0".join(
+            part.encode()
+            for part in (SOURCE.read_text(), " ".join(FLAGS), version, platform.machine(), _cpu_model())
+        )
+    ).hexdigest()[:16]
+    target = _cache_dir() / f"paged_decode-{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        result = subprocess.run(
+            [compiler, *FLAGS, str(SOURCE), "-o", tmp, "-lm"],
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"{compiler} failed: {result.stderr.strip()[:500]}")
+        os.replace(tmp, target)  # atomic: concurrent builders each install a whole file
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    log.info("built the CPU decode kernel: %s", target)
+    return target
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("SWITCHYARD_CACHE_DIR")
+    if root:
+        return Path(root) / "kernels"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg or Path.home() / ".cache") / "switchyard" / "kernels"
+
+
+def _cpu_model() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor()
+    first = {line.split(":")[0].strip(): line for line in reversed(lines)}
+    return first.get("model name", "") + first.get("flags", "")

@@ -1,0 +1,184 @@
+/* Paged decode attention for the CPU: one query token per sequence against its K/V, read in place
+ * through the block table (no gather copy, no padding to the longest sequence).
+ *
+ * Cache layout (one layer): [num_kv_heads, num_slots, head_dim], slot = block * block_size + offset.
+ * q and out: [num_seqs, num_heads, head_dim], contiguous. Query heads are grouped per kv head (GQA/MQA).
+ * Work items are (sequence, kv head) pairs, split over num_threads pthreads.
+ *
+ * Built on first use by backends/engine/kernels/cpu_decode.py with the host compiler; the torch path in
+ * layers/attention.py is the reference it is tested against and the fallback where no compiler exists.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const void *q, *k, *v;
+    const int64_t *tables;
+    const int32_t *lens;
+    void *out;
+    int num_seqs, max_blocks, num_heads, num_kv_heads, head_dim, block_size, max_len, is_bf16;
+    int64_t num_slots;
+    float scale;
+    int begin, end;
+} Job;
+
+static inline float bf16_to_f32(uint16_t x) {
+    uint32_t bits = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) { /* round to nearest even, as torch does */
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if ((bits & 0x7f800000u) == 0x7f800000u) return (uint16_t)(bits >> 16); /* inf / nan */
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+/* exp(x) for x <= 0 (scores minus their max): Cephes' range reduction and polynomial, vectorisable. */
+static inline float exp_nonpos(float x) {
+    if (x < -87.0f) x = -87.0f;
+    float fx = x * 1.44269504088896341f + 0.5f;
+    float n = (float)(int)fx;
+    if (n > fx) n -= 1.0f; /* floor */
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float r2 = r * r;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r2 + r + 1.0f;
+    int32_t e = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &e, 4);
+    return p * scale;
+}
+
+#define MAX_GROUP 64
+#define MAX_DIM 512
+
+static void run_item(const Job *j, int item, float *scores, float *qbuf, float *acc) {
+    const int nkv = j->num_kv_heads, D = j->head_dim, bs = j->block_size;
+    const int G = j->num_heads / nkv;
+    const int s = item / nkv, h = item % nkv;
+    const int L = j->lens[s];
+    const int64_t qoff = ((int64_t)s * j->num_heads + (int64_t)h * G) * D;
+    const int64_t head_base = (int64_t)h * j->num_slots * D;
+    const int64_t *table = j->tables + (int64_t)s * j->max_blocks;
+
+    for (int i = 0; i < G * D; i++)
+        qbuf[i] = j->is_bf16 ? bf16_to_f32(((const uint16_t *)j->q)[qoff + i]) : ((const float *)j->q)[qoff + i];
+
+    /* scores[g * L + t] = q_g . k_t * scale */
+    for (int t = 0; t < L; t++) {
+        const int64_t off = head_base + (table[t / bs] * bs + t % bs) * D;
+        for (int g = 0; g < G; g++) {
+            const float *qg = qbuf + g * D;
+            float dot = 0.0f;
+            if (j->is_bf16) {
+                const uint16_t *kp = (const uint16_t *)j->k + off;
+                for (int d = 0; d < D; d++) dot += qg[d] * bf16_to_f32(kp[d]);
+            } else {
+                const float *kp = (const float *)j->k + off;
+                for (int d = 0; d < D; d++) dot += qg[d] * kp[d];
+            }
+            scores[g * L + t] = dot * j->scale;
+        }
+    }
+    float inv_sum[MAX_GROUP];
+    for (int g = 0; g < G; g++) {
+        float *sg = scores + g * L, m = -INFINITY, sum = 0.0f;
+        for (int t = 0; t < L; t++) m = sg[t] > m ? sg[t] : m;
+        for (int t = 0; t < L; t++) {
+            sg[t] = exp_nonpos(sg[t] - m);
+            sum += sg[t];
+        }
+        inv_sum[g] = 1.0f / sum;
+    }
+    memset(acc, 0, sizeof(float) * G * D);
+    for (int t = 0; t < L; t++) {
+        const int64_t off = head_base + (table[t / bs] * bs + t % bs) * D;
+        for (int g = 0; g < G; g++) {
+            const float p = scores[g * L + t];
+            float *ag = acc + g * D;
+            if (j->is_bf16) {
+                const uint16_t *vp = (const uint16_t *)j->v + off;
+                for (int d = 0; d < D; d++) ag[d] += p * bf16_to_f32(vp[d]);
+            } else {
+                const float *vp = (const float *)j->v + off;
+                for (int d = 0; d < D; d++) ag[d] += p * vp[d];
+            }
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int d = 0; d < D; d++) {
+            const float o = acc[g * D + d] * inv_sum[g];
+            if (j->is_bf16)
+                ((uint16_t *)j->out)[qoff + g * D + d] = f32_to_bf16(o);
+            else
+                ((float *)j->out)[qoff + g * D + d] = o;
+        }
+}
+
+static void *run_range(void *arg) {
+    const Job *j = (const Job *)arg;
+    const size_t G = (size_t)(j->num_heads / j->num_kv_heads), D = (size_t)j->head_dim;
+    float *scores = (float *)malloc(sizeof(float) * G * (size_t)j->max_len);
+    float *q = (float *)malloc(sizeof(float) * G * D);
+    float *acc = (float *)malloc(sizeof(float) * G * D);
+    if (scores && q && acc)
+        for (int item = j->begin; item < j->end; item++) run_item(j, item, scores, q, acc);
+    free(scores);
+    free(q);
+    free(acc);
+    return NULL;
+}
+
+/* Returns 0 on success, -1 on bad arguments. */
+int paged_decode(const void *q, const void *k_cache, const void *v_cache, const int64_t *tables,
+                 const int32_t *lens, void *out, int num_seqs, int max_blocks, int num_heads,
+                 int num_kv_heads, int head_dim, int block_size, int64_t num_slots, float scale,
+                 int is_bf16, int num_threads) {
+    if (num_kv_heads <= 0 || num_heads % num_kv_heads || num_heads / num_kv_heads > MAX_GROUP ||
+        head_dim > MAX_DIM || block_size <= 0 || num_seqs < 0)
+        return -1;
+    int max_len = 1;
+    for (int s = 0; s < num_seqs; s++) {
+        if (lens[s] <= 0 || lens[s] > max_blocks * block_size) return -1;
+        if (lens[s] > max_len) max_len = lens[s];
+    }
+    const int items = num_seqs * num_kv_heads;
+    if (num_threads < 1) num_threads = 1;
+    if (num_threads > items) num_threads = items > 0 ? items : 1;
+    Job base = {q, k_cache, v_cache, tables, lens, out, num_seqs, max_blocks, num_heads, num_kv_heads,
+                head_dim, block_size, max_len, is_bf16, num_slots, scale, 0, items};
+    if (num_threads == 1) {
+        run_range(&base);
+        return 0;
+    }
+    Job jobs[64];
+    pthread_t threads[64];
+    if (num_threads > 64) num_threads = 64;
+    int started = 0;
+    for (int i = 0; i < num_threads; i++) {
+        jobs[i] = base;
+        jobs[i].begin = (int)((int64_t)items * i / num_threads);
+        jobs[i].end = (int)((int64_t)items * (i + 1) / num_threads);
+    }
+    for (int i = 1; i < num_threads; i++)
+        if (pthread_create(&threads[i], NULL, run_range, &jobs[i]) == 0)
+            started = i;
+        else
+            break;
+    for (int i = started + 1; i < num_threads; i++) run_range(&jobs[i]); /* a thread did not start */
+    run_range(&jobs[0]);
+    for (int i = 1; i <= started; i++) pthread_join(threads[i], NULL);
+    return 0;
+}

@@ -1,0 +1,139 @@
+"""The native CPU decode kernel against the torch reference path, and its build and fallback."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from backends.engine.kernels import cpu_decode
+from backends.engine.layers.attention import AttentionMetadata, TorchPagedAttention, _decode
+
+BLOCK_SIZE = 16
+
+
+@pytest.fixture(scope="module")
+def kernel() -> cpu_decode.CpuDecodeKernel:
+    loaded = cpu_decode.load()
+    if loaded is None:
+        pytest.skip("no C compiler here: the engine runs on its torch path")
+    return loaded
+
+
+def _case(
+    num_heads: int, num_kv_heads: int, head_dim: int, lens: list[int], dtype: torch.dtype, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata]:
+    gen = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    num_blocks = 256
+    shape = (num_kv_heads, num_blocks * BLOCK_SIZE, head_dim)
+    k_cache = torch.randn(shape, generator=gen).to(dtype)
+    v_cache = torch.randn(shape, generator=gen).to(dtype)
+    max_blocks = -(-max(lens) // BLOCK_SIZE)
+    tables = []
+    for n in lens:  # each sequence owns distinct, scattered blocks; padding repeats its first block
+        own = rng.sample(range(num_blocks), -(-n // BLOCK_SIZE))
+        tables.append(own + [own[0]] * (max_blocks - len(own)))
+    meta = AttentionMetadata(
+        slot_mapping=torch.zeros(1, dtype=torch.long),
+        block_size=BLOCK_SIZE,
+        num_decode_tokens=len(lens),
+        decode_blocks=torch.tensor(tables, dtype=torch.long),
+        decode_lens=torch.tensor(lens, dtype=torch.int32),
+    )
+    q = torch.randn(len(lens), num_heads, head_dim, generator=gen).to(dtype)
+    return q, k_cache, v_cache, meta
+
+
+@pytest.mark.parametrize(
+    ("num_heads", "num_kv_heads", "head_dim"),
+    [(9, 3, 64), (4, 4, 32), (8, 1, 16), (6, 2, 128)],
+    ids=["gqa", "mha", "mqa", "wide"],
+)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_matches_torch_path_fp32(
+    kernel: cpu_decode.CpuDecodeKernel, num_heads: int, num_kv_heads: int, head_dim: int, threads: int
+) -> None:
+    lens = [1, 15, 16, 17, 33, 200, 511, 64]  # one token, block edges, several blocks
+    q, k_cache, v_cache, meta = _case(num_heads, num_kv_heads, head_dim, lens, torch.float32)
+    assert meta.decode_blocks is not None and meta.decode_lens is not None
+    expected = _decode(q, k_cache, v_cache, meta.decode_blocks, meta.decode_mask(), head_dim**-0.5)
+    out = torch.empty_like(q)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        kernel(q, k_cache, v_cache, meta.decode_blocks, meta.decode_lens, BLOCK_SIZE, head_dim**-0.5, out)
+    finally:
+        torch.set_num_threads(previous)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_matches_torch_path_bf16(kernel: cpu_decode.CpuDecodeKernel) -> None:
+    q, k_cache, v_cache, meta = _case(9, 3, 64, [5, 100, 300], torch.bfloat16)
+    assert meta.decode_blocks is not None and meta.decode_lens is not None
+    expected = _decode(q, k_cache, v_cache, meta.decode_blocks, meta.decode_mask(), 0.125)
+    out = torch.empty_like(q)
+    kernel(q, k_cache, v_cache, meta.decode_blocks, meta.decode_lens, BLOCK_SIZE, 0.125, out)
+    torch.testing.assert_close(out.float(), expected.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_backend_writes_new_tokens_then_attends(kernel: cpu_decode.CpuDecodeKernel) -> None:
+    """Through TorchPagedAttention.forward: the new K/V land in the cache first, both paths agree."""
+    q, k_cache, v_cache, meta = _case(9, 3, 64, [3, 40], torch.float32)
+    assert meta.decode_blocks is not None
+    tables = meta.decode_blocks.tolist()
+    meta.slot_mapping = torch.tensor([tables[0][0] * BLOCK_SIZE + 2, tables[1][2] * BLOCK_SIZE + 7])
+    k_new, v_new = torch.randn(2, 3, 64), torch.randn(2, 3, 64)
+    outs = []
+    for backend in (TorchPagedAttention(decode_kernel=kernel), TorchPagedAttention()):
+        kc, vc = k_cache.clone(), v_cache.clone()
+        outs.append(backend.forward(q, k_new, v_new, kc, vc, meta, 0.125))
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+
+
+def test_rejects_lengths_beyond_the_block_table(kernel: cpu_decode.CpuDecodeKernel) -> None:
+    q, k_cache, v_cache, meta = _case(9, 3, 64, [20], torch.float32)
+    assert meta.decode_blocks is not None
+    with pytest.raises(ValueError, match="rejected"):
+        too_long = torch.tensor([33], dtype=torch.int32)  # two blocks in the table, 33 tokens asked
+        kernel(q, k_cache, v_cache, meta.decode_blocks, too_long, 16, 1.0, q.clone())
+
+
+def test_supports_only_cpu_fp32_and_bf16(kernel: cpu_decode.CpuDecodeKernel) -> None:
+    x = torch.zeros(2, 3, 4)
+    assert kernel.supports(x, x)
+    assert kernel.supports(x.bfloat16(), x.bfloat16())
+    assert not kernel.supports(x.half(), x.half())
+    assert not kernel.supports(x.transpose(0, 1), x)
+
+
+def test_build_is_cached_per_source_and_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWITCHYARD_CACHE_DIR", str(tmp_path))
+    if cpu_decode.shutil.which("cc") is None and cpu_decode.shutil.which("gcc") is None:
+        pytest.skip("no C compiler here")
+    first = cpu_decode._build()
+    assert first.parent == tmp_path / "kernels" and first.exists()
+    mtime = first.stat().st_mtime_ns
+    assert cpu_decode._build() == first and first.stat().st_mtime_ns == mtime  # not rebuilt
+    assert [p.name for p in first.parent.iterdir()] == [first.name]  # no temp files left behind
+
+
+def test_falls_back_to_torch_without_a_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWITCHYARD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    cpu_decode.load.cache_clear()
+    try:
+        assert cpu_decode.load() is None
+    finally:
+        cpu_decode.load.cache_clear()
+
+
+def test_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWITCHYARD_CPU_KERNELS", "0")
+    cpu_decode.load.cache_clear()
+    try:
+        assert cpu_decode.load() is None
+    finally:
+        cpu_decode.load.cache_clear()

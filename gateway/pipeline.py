@@ -7,8 +7,9 @@ The order is declared once, in ``gateway.app.build_pipeline``::
 (keys and limits, caches and the tier classifier slot in as more stages). A stage either fills in
 part of the call or finishes it by setting ``call.result``; the first result ends the walk. Work
 that must happen when the response is over (settling token reservations, releasing a replica,
-recording metrics) is registered with ``call.on_finish`` and runs exactly once, when a plain
-response has been built or when a stream ends, however it ends.
+recording metrics) is registered with ``call.on_finish`` and runs exactly once: when a stage fails,
+after a plain response has been sent (the server finishes it, so settling never delays the client),
+or when a stream ends, however it ends.
 """
 
 from __future__ import annotations
@@ -185,7 +186,5 @@ class Pipeline:
         if call.result is None:
             await call.finish(GatewayError("no stage produced a response"))
             raise GatewayError("no stage produced a response")
-        if isinstance(call.result, BytesResult):
-            await call.finish()
-        # a stream finishes the call itself when it ends
+        # the server finishes the call once the response is sent (a stream: once it ends)
         return call.result

@@ -187,8 +187,6 @@ async def serve(
         except Exception as error:  # a bug: still OpenAI-shaped, never a bare 500 page
             logger.exception("unexpected error on %s", scope["path"])
             outcome = GatewayError("The server had an error processing your request.")
-            if call is not None:
-                await call.finish(outcome)
             del error
         if isinstance(outcome, GatewayError):
             status, body, extra = render(outcome)
@@ -207,10 +205,12 @@ async def serve(
             status = outcome.status
             await _send_stream(call, outcome, _header_list(request_id, call, {}), receive, send)
     finally:
+        failure = outcome if isinstance(outcome, GatewayError) else None
+        if call is not None:
+            await call.finish(failure)  # after the last byte: settling never delays the response
         if token is not None:
             REQUEST_SPAN.reset(token)
         if observer is not None:
-            failure = outcome if isinstance(outcome, GatewayError) else None
             observer.finish(
                 gateway,
                 span,

@@ -14,11 +14,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-import redis.asyncio as aioredis
-
 from gateway.cache.blobs import Blobs, MemoryBlobs, RedisBlobs
 from gateway.cache.keys import CacheKeys
 from gateway.cache.redis_guard import EventHook, no_events
+from gateway.stores.resp_commands import RespCommands
 
 
 class AffinityMap(Protocol):
@@ -74,7 +73,7 @@ class RedisAffinityMap(BlobAffinityMap):
 
     def __init__(
         self,
-        url_or_client: str | aioredis.Redis,
+        url_or_client: str | RespCommands,
         *,
         timeout_s: float = 0.05,
         on_event: EventHook = no_events,

@@ -5,25 +5,25 @@ on this one seam, so every one of them has a memory twin with the same semantics
 run each test body over both). Neither implementation raises on a store failure: reads answer
 ``None`` (a miss), writes answer ``False``.
 
-``RedisBlobs`` does every batch in one round trip (``MGET``; ``SET ... PX`` pipelined). Its memory
-twin ``MemoryBlobs`` is an LRU bounded by bytes; it reports each entry pushed out to make room as
-``"evict"`` (Redis's own ``maxmemory`` evictions are in its ``INFO stats``, not here).
+``RedisBlobs`` does every batch in one round trip (``MGET``; ``SET ... PX`` pipelined) on one
+``RespCommands`` connection. Its memory twin ``MemoryBlobs`` is an LRU bounded by bytes; it reports
+each entry pushed out to make room as ``"evict"`` (Redis's own ``maxmemory`` evictions are in its
+``INFO stats``, not here).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Protocol, cast
-
-import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError
+from typing import Protocol
 
 from gateway.cache.redis_guard import EventHook, RedisGuard, connect, no_events
+from gateway.stores.resp_commands import RespCommands
 
 _ENTRY_OVERHEAD_BYTES = 64  # dict slot, tuple and float of one memory entry, roughly
 
@@ -71,19 +71,15 @@ class _Script:
         self.source = resources.files("gateway.cache").joinpath("lua", name).read_text("utf-8")
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
-    async def __call__(self, client: aioredis.Redis, keys: Sequence[str], *args: bytes | str | int) -> object:
-        try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)  # type: ignore[no-any-return]
-        except NoScriptError:
-            await client.script_load(self.source)
-            return await client.evalsha(self.sha, len(keys), *keys, *args)  # type: ignore[no-any-return]
+    async def __call__(self, client: RespCommands, keys: Sequence[str], *args: bytes | str | int) -> object:
+        return await client.evalsha(self.sha, self.source, keys, *args)
 
 
 class RedisBlobs:
     """Blobs in Redis (standalone or Cluster: batches must share a hash tag, as the cache keys do).
 
     Args:
-        url_or_client: a ``redis://`` URL, or a ``redis.asyncio`` client the caller owns.
+        url_or_client: a ``redis://`` URL, or a ``RespCommands`` connection the caller owns.
         timeout_s: the most one call may take; past it the call counts as a miss.
         on_event: the metric hook (gets ``"error"``).
         retry_interval_s: how long after a failure calls skip Redis.
@@ -92,16 +88,15 @@ class RedisBlobs:
 
     def __init__(
         self,
-        url_or_client: str | aioredis.Redis,
+        url_or_client: str | RespCommands,
         *,
         timeout_s: float = 0.05,
         on_event: EventHook = no_events,
         retry_interval_s: float = 1.0,
         name: str = "cache",
-        max_connections: int = 256,
     ) -> None:
         if isinstance(url_or_client, str):
-            self.client = connect(url_or_client, timeout_s=timeout_s, max_connections=max_connections)
+            self.client = connect(url_or_client, timeout_s=timeout_s)
             self._owns_client = True
         else:
             self.client = url_or_client
@@ -113,17 +108,16 @@ class RedisBlobs:
         self._set_each = _Script("set_each.lua")
 
     async def get(self, key: str) -> bytes | None:
-        return await self.guard.run(lambda: cast("Awaitable[bytes | None]", self.client.get(key)), None)
+        return await self.guard.run(lambda: self.client.get(key), None)
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         if not keys:
             return []
-        read = cast("Callable[[], Awaitable[list[bytes | None] | None]]", lambda: self.client.mget(keys))
-        values = await self.guard.run(read, None)
+        values: list[bytes | None] | None = await self.guard.run(lambda: self.client.mget(keys), None)
         return values if values is not None else [None] * len(keys)
 
     async def set(self, key: str, value: bytes, ttl_s: float) -> bool:
-        return bool(await self.guard.run(lambda: self.client.set(key, value, px=_ms(ttl_s)), False))
+        return await self.guard.run(lambda: self.client.set(key, value, px=_ms(ttl_s)), False)
 
     async def set_many(self, items: Sequence[tuple[str, bytes]], ttl_s: float) -> bool:
         if not items:
@@ -131,10 +125,8 @@ class RedisBlobs:
         px = _ms(ttl_s)
 
         async def write() -> bool:
-            async with self.client.pipeline(transaction=False) as pipe:
-                for key, value in items:
-                    pipe.set(key, value, px=px)
-                await pipe.execute()
+            # set in one loop turn: one write, answered as a pipeline
+            await asyncio.gather(*(self.client.set(key, value, px=px) for key, value in items))
             return True
 
         return await self.guard.run(write, False)
@@ -150,18 +142,17 @@ class RedisBlobs:
             await self.guard.run(lambda: self.client.delete(*keys), 0)
 
     async def acquire_lock(self, key: str, token: str, ttl_s: float) -> bool | None:
-        take = cast(
-            "Callable[[], Awaitable[object]]", lambda: self.client.set(key, token, nx=True, px=_ms(ttl_s))
+        taken: bool | None = await self.guard.run(
+            lambda: self.client.set(key, token, nx=True, px=_ms(ttl_s)), None
         )
-        reply: object = await self.guard.run(take, "down")
-        return None if reply == "down" else bool(reply)
+        return taken
 
     async def release_lock(self, key: str, token: str) -> None:
         await self.guard.run(lambda: self._release_lock(self.client, [key], token), None)
 
     async def close(self) -> None:
         if self._owns_client:
-            await self.client.aclose()
+            await self.client.close()
 
 
 class MemoryBlobs:

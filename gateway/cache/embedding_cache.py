@@ -17,11 +17,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from gateway.cache.blobs import Blobs, MemoryBlobs, RedisBlobs
 from gateway.cache.entry import CorruptEntry, Entry, EntryKind
 from gateway.cache.redis_guard import EventHook, no_events
+from gateway.stores.resp_commands import RespCommands
 
 
 def embedding_inputs(value: Any) -> list[Any]:
@@ -91,7 +90,7 @@ class RedisEmbeddingCache(EmbeddingCache):
     """The embedding cache in Redis, shared by every gateway replica."""
 
     def __init__(
-        self, url_or_client: str | aioredis.Redis, *, timeout_s: float = 0.05, on_event: EventHook = no_events
+        self, url_or_client: str | RespCommands, *, timeout_s: float = 0.05, on_event: EventHook = no_events
     ) -> None:
         blobs = RedisBlobs(url_or_client, timeout_s=timeout_s, on_event=on_event, name="embedding cache")
         super().__init__(blobs, on_event=on_event)

@@ -15,10 +15,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from gateway.stores.resp import RespError
+from gateway.stores.resp_commands import RespCommands
 
 T = TypeVar("T")
 EventHook = Callable[..., None]
@@ -31,17 +29,9 @@ def no_events(name: str, n: int = 1) -> None:
     """The default metric hook: counts nothing."""
 
 
-def connect(url: str, *, timeout_s: float, max_connections: int = 256) -> aioredis.Redis:
-    """A redis.asyncio client for caches: short socket timeouts, no retries (the guard decides)."""
-    return aioredis.Redis.from_url(
-        url,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        retry=Retry(NoBackoff(), 0),
-        retry_on_timeout=False,
-        health_check_interval=0,
-        max_connections=max_connections,
-    )
+def connect(url: str, *, timeout_s: float) -> RespCommands:
+    """A Redis connection for a cache: a short connect timeout, no retries (the guard decides)."""
+    return RespCommands.from_url(url, connect_timeout_s=timeout_s)
 
 
 class RedisGuard:
@@ -85,7 +75,7 @@ class RedisGuard:
         try:
             async with asyncio.timeout(self.timeout_s):
                 result = await operation()
-        except (RedisError, OSError, TimeoutError) as exc:
+        except (RespError, OSError, TimeoutError) as exc:  # an error reply, down, too slow
             if not self._is_down:
                 logger.warning("%s: Redis unavailable, serving misses until it answers: %r", self.name, exc)
             self._is_down = True

@@ -15,11 +15,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import redis.asyncio as aioredis
-
 from gateway.cache.blobs import Blobs, MemoryBlobs, RedisBlobs
 from gateway.cache.entry import CorruptEntry, Entry
 from gateway.cache.redis_guard import EventHook, no_events
+from gateway.stores.resp_commands import RespCommands
 
 
 class ResponseCache:
@@ -84,7 +83,7 @@ class RedisResponseCache(ResponseCache):
 
     def __init__(
         self,
-        url_or_client: str | aioredis.Redis,
+        url_or_client: str | RespCommands,
         *,
         timeout_s: float = 0.05,
         max_entry_bytes: int = 1_048_576,

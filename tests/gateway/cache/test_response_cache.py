@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import time
 
 import redis.asyncio as aioredis
 
@@ -124,3 +126,30 @@ async def test_redis_down_is_a_miss_never_an_error(own_redis: RedisServer) -> No
     else:
         raise AssertionError("the cache did not recover after Redis came back")
     await cache.close()
+
+
+async def test_a_hung_redis_costs_at_most_the_timeout_and_answers_right_after(own_redis: RedisServer) -> None:
+    events = Events()
+    cache = RedisResponseCache(own_redis.url, timeout_s=0.1, on_event=events, retry_interval_s=0.05)
+    key = KEYS.response_for("acme", "small", "chat", BODY)
+    other = KEYS.response_for("acme", "small", "chat", {**BODY, "temperature": 1})
+    assert own_redis.proc is not None
+    try:
+        assert await cache.put(key, ENTRY, ttl_s=60)
+        own_redis.proc.send_signal(signal.SIGSTOP)
+        try:
+            started = time.perf_counter()
+            assert await cache.get(key) is None  # a miss, never an error
+            assert not await cache.put(other, ENTRY, ttl_s=60)  # the circuit is open: no wait at all
+            assert time.perf_counter() - started < 0.1 + 0.3
+        finally:
+            own_redis.proc.send_signal(signal.SIGCONT)
+        assert events["error"] == 2
+        for _ in range(50):  # late replies to the timed-out call are consumed, not handed to later calls
+            if await cache.get(key) == ENTRY:
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("the cache did not answer after Redis resumed")
+    finally:
+        await cache.close()

@@ -20,10 +20,6 @@ from importlib import resources
 from typing import Any
 
 import msgspec
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError, RedisError
 
 from gateway.stores.base import (
     WINDOW_S,
@@ -38,6 +34,7 @@ from gateway.stores.base import (
 )
 from gateway.stores.keys import KeySpace
 from gateway.stores.resp import RespClient, RespError
+from gateway.stores.resp_commands import RespCommands
 
 _REASONS = {1: "requests", 2: "tokens", 3: "concurrency", 4: "budget"}
 _LEDGER_TTL_S = 400 * 86400  # 13 months and a bit
@@ -70,7 +67,8 @@ class RedisStore:
     """The Store protocol on Redis (standalone, or Cluster thanks to the per-tenant hash tag).
 
     Args:
-        url_or_client: a ``redis://`` URL, or a ``redis.asyncio`` client the caller owns.
+        url_or_client: a ``redis://`` URL, or a ``RespCommands`` connection the caller owns (then
+            every call goes through it, one EVALSHA per call).
         timeout_s: the most one admit or settle may take, connection included.
         admin_timeout_s: the bound for ``usage`` (it scans every tenant's ledger).
         prefix: the first part of every key.
@@ -81,14 +79,13 @@ class RedisStore:
 
     def __init__(
         self,
-        url_or_client: str | aioredis.Redis,
+        url_or_client: str | RespCommands,
         *,
         timeout_s: float = 0.1,
         admin_timeout_s: float = 5.0,
         prefix: str = "sy:",
         settled_ttl_s: float = 3600.0,
         ledger_ttl_s: int = _LEDGER_TTL_S,
-        max_connections: int = 256,
     ) -> None:
         self.timeout_s = timeout_s
         self.admin_timeout_s = admin_timeout_s
@@ -101,17 +98,10 @@ class RedisStore:
         self._batches: dict[tuple[str, tuple[str, ...]], list[tuple[bytes, asyncio.Future[list[Any]]]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         if isinstance(url_or_client, str):
-            # the hot path (admit, settle, ping) on a lean pipelined connection; usage on redis-py
+            # the hot path (admit, settle, ping) on one connection; usage on a second, opened on first
+            # use, so a long report never queues admits behind it. No retries: failover decides.
             self._fast = RespClient(url_or_client, connect_timeout_s=timeout_s)
-            self._client = aioredis.Redis.from_url(
-                url_or_client,
-                socket_timeout=timeout_s,
-                socket_connect_timeout=timeout_s,
-                retry=Retry(NoBackoff(), 0),  # one try: the failover wrapper owns retrying
-                retry_on_timeout=False,
-                health_check_interval=0,
-                max_connections=max_connections,
-            )
+            self._client = RespCommands.from_url(url_or_client, connect_timeout_s=timeout_s)
             self._owns_client = True
         else:
             self._client = url_or_client
@@ -203,11 +193,9 @@ class RedisStore:
                 else:
                     pattern = self._keys.usage_pattern(month)
                     ledger_keys = [_text(k) async for k in self._client.scan_iter(match=pattern, count=1000)]
-                async with self._client.pipeline(transaction=False) as pipe:
-                    for key in ledger_keys:
-                        pipe.hgetall(key)
-                    hashes = await pipe.execute()
-        except (RedisError, OSError, TimeoutError) as exc:
+                # in one loop turn: one write, answered as a pipeline
+                hashes = await asyncio.gather(*(self._client.hgetall(key) for key in ledger_keys))
+        except (RespError, OSError, TimeoutError) as exc:
             raise StoreUnavailable(f"rate-limit store unavailable: {exc!r}") from exc
         tenants: dict[str, TenantUsage] = {}
         for key, fields in zip(ledger_keys, hashes, strict=True):
@@ -221,15 +209,15 @@ class RedisStore:
             async with asyncio.timeout(self.timeout_s):
                 if self._fast is not None:
                     return bool(await self._fast.execute("PING"))
-                return bool(await self._client.ping())
-        except (RedisError, RespError, OSError, TimeoutError):
+                return await self._client.ping()
+        except (RespError, OSError, TimeoutError):
             return False
 
     async def close(self) -> None:
         if self._fast is not None:
             await self._fast.close()
         if self._owns_client:
-            await self._client.aclose()
+            await self._client.close()
 
     # ---- one bounded round trip ---------------------------------------------------------------
 
@@ -256,12 +244,8 @@ class RedisStore:
                 raise StoreUnavailable(f"rate-limit store unavailable: {exc!r}") from exc
         try:
             async with asyncio.timeout(self.timeout_s):
-                try:
-                    reply = await self._client.evalsha(script.sha, len(keys), *keys, spec)
-                except NoScriptError:  # a fresh or flushed Redis: load once, call again
-                    await self._client.script_load(script.source)
-                    reply = await self._client.evalsha(script.sha, len(keys), *keys, spec)
-        except (RedisError, OSError, TimeoutError) as exc:
+                reply = await self._client.evalsha(script.sha, script.source, keys, spec)  # loads on NOSCRIPT
+        except (RespError, OSError, TimeoutError) as exc:
             raise StoreUnavailable(f"rate-limit store unavailable: {exc!r}") from exc
         return list(reply[0]) if isinstance(reply[0], list) else [reply[0]]
 

@@ -5,7 +5,7 @@ machinery; at 4,000 requests a second on one core that alone would cost the gate
 throughput. This client keeps one connection, writes each command as it comes (so concurrent
 requests share TCP segments and Redis reads them as a pipeline) and matches replies in order with
 hiredis' C parser. It does nothing else: no pools, no retries (the failover store decides), no
-pub/sub. Admin paths (usage reports) keep using redis-py.
+pub/sub. ``RespCommands`` (resp_commands.py) puts the caches' and admin paths' commands on it.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from gateway.stores import BudgetRule, LimitRule, RedisStore, StoreUnavailable
+from gateway.stores.resp_commands import RespCommands
 from tests.gateway.stores.conftest import MONTH, T0, admission, settlement
 from tests.support.redis_server import RedisServer
 
@@ -57,15 +58,27 @@ async def test_scripts_are_reloaded_after_a_script_flush(
 
 
 async def test_a_client_passed_in_is_used_and_left_open(redis_flushed: str) -> None:
-    client = aioredis.Redis.from_url(redis_flushed, decode_responses=True)
+    client = RespCommands.from_url(redis_flushed)
     store = RedisStore(client, timeout_s=2.0)
     adm = admission(ALL_KINDS, now_s=T0, reserve_tokens=10)
     assert (await store.admit(adm)).allowed
     await store.settle(settlement(adm, input_tokens=3, key_id="kx"))
     assert (await store.usage(MONTH)).tenants["acme"].keys["kx"].input_tokens == 3
+    assert await store.ping()
     await store.close()
     assert await client.ping()
-    await client.aclose()
+    await client.close()
+
+
+async def test_a_client_passed_in_reloads_scripts_after_a_script_flush(redis_flushed: str) -> None:
+    client = RespCommands.from_url(redis_flushed)
+    store = RedisStore(client, timeout_s=2.0)
+    try:
+        assert (await store.admit(admission(ALL_KINDS, now_s=T0))).allowed
+        await client.resp.execute("SCRIPT", "FLUSH")
+        assert (await store.admit(admission(ALL_KINDS, now_s=T0 + 1))).allowed
+    finally:
+        await client.close()
 
 
 async def test_a_stopped_redis_fails_fast_and_recovery_needs_no_restart(own_redis: RedisServer) -> None:

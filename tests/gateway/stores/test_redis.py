@@ -247,3 +247,59 @@ async def test_three_gateway_processes_share_one_redis_exactly(redis_flushed: st
         ledger = (await store.usage(MONTH)).tenants["acme"].total
         await store.close()
         assert (ledger.requests, ledger.input_tokens) == (len(admitted), sum(admitted))
+
+
+async def _evalsha_calls(url: str) -> int:
+    client = aioredis.Redis.from_url(url)
+    try:
+        stats = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+async def test_settles_within_the_linger_share_one_call(
+    redis_stores: Callable[..., RedisStore], redis_flushed: str
+) -> None:
+    store = redis_stores(settle_linger_s=0.05)
+    admitted = [admission(ALL_KINDS, now_s=T0, reserve_tokens=50, request_id=f"r{i}") for i in range(3)]
+    for adm in admitted:
+        assert (await store.admit(adm)).allowed
+    before = await _evalsha_calls(redis_flushed)
+    settles = [settlement(adm, input_tokens=5, output_tokens=5) for adm in admitted]
+    await asyncio.gather(*(store.settle(s) for s in settles))
+    assert await _evalsha_calls(redis_flushed) - before == 1
+    report = await store.usage(MONTH)
+    assert report.tenants["acme"].total.input_tokens == 15
+
+
+async def test_an_admit_sends_its_tenants_lingering_settles_first(
+    redis_stores: Callable[..., RedisStore],
+) -> None:
+    """A sequential client at max_concurrent=1 is never refused because its last settle lingered."""
+    store = redis_stores(settle_linger_s=5.0)
+    one_at_a_time = LimitRule(scope="key:k1", max_concurrent=1)
+    first = admission(one_at_a_time, now_s=T0, request_id="first")
+    assert (await store.admit(first)).allowed
+    settling = asyncio.create_task(store.settle(settlement(first)))
+    await asyncio.sleep(0)  # the settle is queued, lingering
+    started = time.monotonic()
+    second = admission(one_at_a_time, now_s=T0 + 0.01, request_id="second")
+    assert (await store.admit(second)).allowed
+    await settling
+    assert time.monotonic() - started < 1.0  # sent with the admit, not after the linger
+
+
+async def test_close_sends_lingering_settles(redis_flushed: str) -> None:
+    store = RedisStore(redis_flushed, timeout_s=2.0, settle_linger_s=30.0)
+    adm = admission(ALL_KINDS, now_s=T0, reserve_tokens=50)
+    assert (await store.admit(adm)).allowed
+    settling = asyncio.create_task(store.settle(settlement(adm, input_tokens=7, output_tokens=3)))
+    await asyncio.sleep(0)
+    await asyncio.wait_for(store.close(), 5.0)
+    await settling
+    reader = RedisStore(redis_flushed, timeout_s=2.0)
+    try:
+        assert (await reader.usage(MONTH)).tenants["acme"].total.input_tokens == 7
+    finally:
+        await reader.close()

@@ -79,6 +79,7 @@ class LLMEngine:
         model.to(dtype=dtype)
         model.load_weights((name, t.to(dtype)) for name, t in loaded.weights)
         model.eval()
+        model.prepack(config.max_num_seqs)  # decode-sized batches are the common step
         num_blocks = self._num_kv_blocks(dtype)
         log.info(
             "model %s loaded in %.1f s: %d KV blocks of %d tokens",

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 
 class MergedLinear(nn.Module):
-    """y = x W^T (+ b) where W is the row-wise concatenation of ``out_sizes`` shards."""
+    """y = x W^T (+ b) where W is the row-wise concatenation of ``out_sizes`` shards.
+
+    On CPU, ``prepack()`` reorders W once into oneDNN's blocked layout: MKL's sgemm otherwise repacks
+    the whole weight on every call, which at decode sizes (tens of rows) costs as much as the math
+    (SmolLM2's layers 29% faster at 64 rows, its LM head 43%).
+    """
 
     def __init__(self, in_features: int, out_sizes: list[int], *, bias: bool = False) -> None:
         super().__init__()
@@ -16,9 +23,12 @@ class MergedLinear(nn.Module):
         total = sum(out_sizes)
         self.weight = nn.Parameter(torch.empty(total, in_features), requires_grad=False)
         self.bias = nn.Parameter(torch.zeros(total), requires_grad=False) if bias else None
+        self._packed: torch.Tensor | None = None
 
     def load_shard(self, shard: int, name: str, tensor: torch.Tensor) -> None:
         """Copy one checkpoint matrix (``name`` is "weight" or "bias") into its rows."""
+        if self._packed is not None:
+            raise RuntimeError("weights are packed: load before prepack()")
         start = sum(self.out_sizes[:shard])
         param = self.weight if name == "weight" else self.bias
         assert param is not None, f"{name} given for a layer without it"
@@ -27,5 +37,35 @@ class MergedLinear(nn.Module):
             raise ValueError(f"shard {shard} {name}: expected {tuple(rows.shape)}, got {tuple(tensor.shape)}")
         rows.copy_(tensor)
 
+    def prepack(self, batch_hint: int, *, keep_dense: bool = False) -> bool:
+        """Reorder the weight for oneDNN (CPU, float32); False where that is not available.
+
+        The dense weight is released unless ``keep_dense`` (a weight shared with another module, such
+        as tied embeddings); ``dense_weight()`` still returns it either way.
+        """
+        weight = self.weight.data
+        if not prepacking_enabled() or weight.device.type != "cpu" or weight.dtype != torch.float32:
+            return False
+        try:
+            self._packed = torch.ops.mkldnn._reorder_linear_weight(weight, batch_hint)
+        except (RuntimeError, AttributeError):  # a torch built without oneDNN, or a CPU it rejects
+            return False
+        if not keep_dense:
+            self.weight.data = torch.empty(0, dtype=weight.dtype, device=weight.device)
+        return True
+
+    def dense_weight(self) -> torch.Tensor:
+        """W as [out, in], packed or not."""
+        if self._packed is not None and self.weight.numel() == 0:
+            return self._packed.to_dense()
+        return self.weight.data
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._packed is not None:
+            return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
+
+
+def prepacking_enabled() -> bool:
+    """``SWITCHYARD_CPU_KERNELS=0`` turns off every CPU-specific path (this and the decode kernel)."""
+    return os.environ.get("SWITCHYARD_CPU_KERNELS", "1") != "0"

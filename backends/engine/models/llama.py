@@ -110,6 +110,15 @@ class LlamaForCausalLM(nn.Module):
             h = layer(positions, h, meta)
         return self.norm(h)
 
+    def prepack(self, batch_hint: int) -> int:
+        """Reorder every linear weight for the CPU's fast GEMM path; returns how many were packed."""
+        tied = self.config.tie_word_embeddings
+        return sum(
+            module.prepack(batch_hint, keep_dense=tied and module is self.lm_head)
+            for module in self.modules()
+            if isinstance(module, MergedLinear)
+        )
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden)
 

@@ -82,7 +82,7 @@ def test_gguf_weights_are_unpermuted_like_transformers(engine: LLMEngine, hf: tu
     model, _ = hf
     attn: Any = engine.runner.model.layers[0].self_attn
     q_size, kv_size = attn.q_size, attn.kv_size
-    qkv = attn.qkv_proj.weight
+    qkv = attn.qkv_proj.dense_weight()
     ref = model.model.layers[0].self_attn
     assert torch.equal(qkv[:q_size], ref.q_proj.weight)
     assert torch.equal(qkv[q_size : q_size + kv_size], ref.k_proj.weight)

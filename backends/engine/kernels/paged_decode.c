@@ -64,6 +64,88 @@ static inline float exp_nonpos(float x) {
 #define MAX_GROUP 64
 #define MAX_DIM 512
 
+/* fp32 with the head size and group size known at compile time (instantiated below for the common
+ * shapes): walks the block table block by block, and computes every query head of the group in the
+ * same pass over a K or V row, so each row is read once and the loops vectorise over head_dim. */
+static inline __attribute__((always_inline)) void run_item_f32_fixed(const Job *j, int item, float *scores,
+                                                                     float *qs, float *acc, const int D,
+                                                                     const int G) {
+    const int nkv = j->num_kv_heads, bs = j->block_size;
+    const int s = item / nkv, h = item % nkv;
+    const int L = j->lens[s];
+    const int64_t qoff = ((int64_t)s * j->num_heads + (int64_t)h * G) * D;
+    const float *kbase = (const float *)j->k + (int64_t)h * j->num_slots * D;
+    const float *vbase = (const float *)j->v + (int64_t)h * j->num_slots * D;
+    const int64_t *table = j->tables + (int64_t)s * j->max_blocks;
+    const float *q = (const float *)j->q + qoff;
+    for (int i = 0; i < G * D; i++) qs[i] = q[i] * j->scale;
+    const int num_blocks = (L + bs - 1) / bs;
+    for (int b = 0; b < num_blocks; b++) {
+        const float *kb = kbase + table[b] * bs * D;
+        const int n = b == num_blocks - 1 ? L - b * bs : bs;
+        for (int o = 0; o < n; o++) {
+            const float *kp = kb + (int64_t)o * D;
+            float dots[G];
+            for (int g = 0; g < G; g++) dots[g] = 0.0f;
+            for (int d = 0; d < D; d++) {
+                const float k = kp[d];
+                for (int g = 0; g < G; g++) dots[g] += qs[g * D + d] * k;
+            }
+            for (int g = 0; g < G; g++) scores[g * L + b * bs + o] = dots[g];
+        }
+    }
+    float inv_sum[G];
+    for (int g = 0; g < G; g++) {
+        float *sg = scores + g * L, m = -INFINITY, sum = 0.0f;
+        for (int t = 0; t < L; t++) m = sg[t] > m ? sg[t] : m;
+        for (int t = 0; t < L; t++) {
+            sg[t] = exp_nonpos(sg[t] - m);
+            sum += sg[t];
+        }
+        inv_sum[g] = 1.0f / sum;
+    }
+    for (int i = 0; i < G * D; i++) acc[i] = 0.0f;
+    for (int b = 0; b < num_blocks; b++) {
+        const float *vb = vbase + table[b] * bs * D;
+        const int n = b == num_blocks - 1 ? L - b * bs : bs;
+        for (int o = 0; o < n; o++) {
+            const float *vp = vb + (int64_t)o * D;
+            float p[G];
+            for (int g = 0; g < G; g++) p[g] = scores[g * L + b * bs + o];
+            for (int d = 0; d < D; d++) {
+                const float v = vp[d];
+                for (int g = 0; g < G; g++) acc[g * D + d] += p[g] * v;
+            }
+        }
+    }
+    float *out = (float *)j->out + qoff;
+    for (int g = 0; g < G; g++)
+        for (int d = 0; d < D; d++) out[g * D + d] = acc[g * D + d] * inv_sum[g];
+}
+
+#define FIXED(D_, G_)                                                                                  \
+    static void run_item_f32_##D_##_##G_(const Job *j, int item, float *scores, float *qs, float *acc) { \
+        run_item_f32_fixed(j, item, scores, qs, acc, D_, G_);                                            \
+    }
+#define FIXED_GROUPS(D_) FIXED(D_, 1) FIXED(D_, 2) FIXED(D_, 3) FIXED(D_, 4) FIXED(D_, 5) FIXED(D_, 6) FIXED(D_, 7) FIXED(D_, 8)
+FIXED_GROUPS(32)
+FIXED_GROUPS(64)
+FIXED_GROUPS(128)
+
+typedef void (*ItemFn)(const Job *, int, float *, float *, float *);
+#define ROW(D_)                                                                                        \
+    {run_item_f32_##D_##_1, run_item_f32_##D_##_2, run_item_f32_##D_##_3, run_item_f32_##D_##_4,         \
+     run_item_f32_##D_##_5, run_item_f32_##D_##_6, run_item_f32_##D_##_7, run_item_f32_##D_##_8}
+static const ItemFn FIXED_FNS[3][8] = {ROW(32), ROW(64), ROW(128)};
+
+static ItemFn fixed_fn(const Job *j) {
+    const int G = j->num_heads / j->num_kv_heads, D = j->head_dim;
+    if (j->is_bf16 || G < 1 || G > 8) return NULL;
+    const int row = D == 32 ? 0 : D == 64 ? 1 : D == 128 ? 2 : -1;
+    return row < 0 ? NULL : FIXED_FNS[row][G - 1];
+}
+
+/* The general case: any head and group size, fp32 or bf16. */
 static void run_item(const Job *j, int item, float *scores, float *qbuf, float *acc) {
     const int nkv = j->num_kv_heads, D = j->head_dim, bs = j->block_size;
     const int G = j->num_heads / nkv;
@@ -133,8 +215,15 @@ static void *run_range(void *arg) {
     float *scores = (float *)malloc(sizeof(float) * G * (size_t)j->max_len);
     float *q = (float *)malloc(sizeof(float) * G * D);
     float *acc = (float *)malloc(sizeof(float) * G * D);
-    if (scores && q && acc)
-        for (int item = j->begin; item < j->end; item++) run_item(j, item, scores, q, acc);
+    const ItemFn fixed = fixed_fn(j);
+    if (scores && q && acc) {
+        for (int item = j->begin; item < j->end; item++) {
+            if (fixed)
+                fixed(j, item, scores, q, acc);
+            else
+                run_item(j, item, scores, q, acc);
+        }
+    }
     free(scores);
     free(q);
     free(acc);

@@ -165,9 +165,8 @@ class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """No request waits longer than this on the store."""
     settle_linger_s: Annotated[float, msgspec.Meta(ge=0, le=0.1)] = 0.002
     """Settles (after the response is sent) wait this long for others with the same keys, to share
-    one Redis call. Meanwhile the reservation and lease still count, so limits only err on the safe
-    side, and an admit refused while its tenant's settles linger sends them and asks again.
-    0: one call per settle."""
+    one Redis call. Limits stay exact (the reservation holds the tokens meanwhile); a concurrency
+    lease frees this much later. 0: one call per settle."""
     default_reserve_tokens: Count = 256
     """Output tokens reserved when a request gives no ``max_tokens``."""
     unknown_model_encoding: Literal["cl100k_base", "o200k_base"] = "cl100k_base"

@@ -55,11 +55,6 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _tenant_tag(keys: Sequence[str]) -> str:
-    """The hash-tag part every key of one call shares (one tenant's keys, one Cluster slot)."""
-    return keys[0].partition("}")[0]
-
-
 def _none_if_negative(value: int) -> int | None:
     return None if value < 0 else int(value)
 
@@ -81,10 +76,9 @@ class RedisStore:
             again; settles come within the request's own lifetime).
         ledger_ttl_s: how long a month's ledger lives after its last settle.
         settle_linger_s: how long a settle waits for others with the same keys to share its EVALSHA.
-            Settles run after the response is sent, so this costs no client latency; meanwhile the
-            reservation still holds the tokens and the lease its slot, so limits only err on the safe
-            side, and an admit refused while its tenant's settles linger sends them and asks again:
-            this replica never refuses a request because of a release still in flight.
+            Settles run after the response is sent, so this costs no client latency. An admit of the
+            same tenant sends that tenant's lingering settles first (same connection, so Redis runs
+            them first): this replica never admits against a lease or reservation already released.
     """
 
     def __init__(
@@ -147,13 +141,6 @@ class RedisStore:
             "budgets": [(b.scope, float(b.monthly_usd)) for b in admission.budgets],
         }
         reply = await self._eval(self._admit, key_names, _json(spec))
-        tenant_tag = _tenant_tag(key_names)
-        if not int(reply[0]) and tenant_tag in self._lingering_by_tenant:
-            # refused while this tenant's settles linger: send them (same connection, so Redis runs
-            # them first) and ask again, so no lease or refund of ours still in flight refuses it
-            for group in self._lingering_by_tenant.pop(tenant_tag):
-                self._send_lingering(group)
-            reply = await self._eval(self._admit, key_names, _json(spec))
         allowed, reason, index, retry_ms, exceeds = (int(v) for v in reply[:5])
         lim_r, rem_r, reset_r, lim_t, rem_t, reset_t = (int(v) for v in reply[5:11])
         scope = None
@@ -260,7 +247,10 @@ class RedisStore:
             loop = asyncio.get_running_loop()
             future: asyncio.Future[list[Any]] = loop.create_future()
             group = (script.sha, tuple(keys))
-            tenant_tag = _tenant_tag(keys)
+            tenant_tag = keys[0].partition("}")[0]  # every key of one call shares its tenant's hash tag
+            if linger_s == 0 and tenant_tag in self._lingering_by_tenant:
+                for lingering in self._lingering_by_tenant.pop(tenant_tag):
+                    self._send_lingering(lingering)  # written before this call: Redis runs them first
             batch = self._batches.get(group)
             if batch is None:
                 batch = self._batches[group] = []
@@ -292,11 +282,12 @@ class RedisStore:
 
     def _send_batch(self, script: _Script, group: tuple[str, tuple[str, ...]]) -> None:
         if self._lingering.pop(group, None) is not None:
-            groups = self._lingering_by_tenant.get(_tenant_tag(group[1]))
+            tenant_tag = group[1][0].partition("}")[0]
+            groups = self._lingering_by_tenant.get(tenant_tag)
             if groups is not None and group in groups:
                 groups.remove(group)
                 if not groups:
-                    del self._lingering_by_tenant[_tenant_tag(group[1])]
+                    del self._lingering_by_tenant[tenant_tag]
         batch = self._batches.pop(group)
         task = asyncio.get_running_loop().create_task(self._run_batch(script, group[1], batch))
         self._tasks.add(task)

@@ -273,7 +273,7 @@ async def test_settles_within_the_linger_share_one_call(
     assert report.tenants["acme"].total.input_tokens == 15
 
 
-async def test_a_refused_admit_sends_its_tenants_lingering_settles_and_asks_again(
+async def test_an_admit_sends_its_tenants_lingering_settles_first(
     redis_stores: Callable[..., RedisStore],
 ) -> None:
     """A sequential client at max_concurrent=1 is never refused because its last settle lingered."""

@@ -163,10 +163,6 @@ class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """When Redis fails: fall back to a local limiter, or answer 503."""
     timeout_s: Annotated[float, msgspec.Meta(gt=0, le=5)] = 0.25
     """No request waits longer than this on the store."""
-    settle_linger_s: Annotated[float, msgspec.Meta(ge=0, le=0.1)] = 0.002
-    """Settles (after the response is sent) wait this long for others with the same keys, to share
-    one Redis call. Limits stay exact (the reservation holds the tokens meanwhile); a concurrency
-    lease frees this much later. 0: one call per settle."""
     default_reserve_tokens: Count = 256
     """Output tokens reserved when a request gives no ``max_tokens``."""
     unknown_model_encoding: Literal["cl100k_base", "o200k_base"] = "cl100k_base"

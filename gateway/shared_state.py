@@ -30,7 +30,7 @@ def build_store(policy: Policy, *, on_fallback: Callable[[str], None] | None = N
     if not url:
         return MemoryStore()
     return FailoverStore(
-        RedisStore(url, timeout_s=config.timeout_s, settle_linger_s=config.settle_linger_s),
+        RedisStore(url, timeout_s=config.timeout_s),
         MemoryStore(),
         mode=config.on_failure,
         on_fallback=on_fallback,

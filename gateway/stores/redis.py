@@ -75,10 +75,6 @@ class RedisStore:
         settled_ttl_s: how long a settled request id is remembered (a repeat settle after that would count
             again; settles come within the request's own lifetime).
         ledger_ttl_s: how long a month's ledger lives after its last settle.
-        settle_linger_s: how long a settle waits for others with the same keys to share its EVALSHA.
-            Settles run after the response is sent, so this costs no client latency. An admit of the
-            same tenant sends that tenant's lingering settles first (same connection, so Redis runs
-            them first): this replica never admits against a lease or reservation already released.
     """
 
     def __init__(
@@ -90,10 +86,8 @@ class RedisStore:
         prefix: str = "sy:",
         settled_ttl_s: float = 3600.0,
         ledger_ttl_s: int = _LEDGER_TTL_S,
-        settle_linger_s: float = 0.0,
     ) -> None:
         self.timeout_s = timeout_s
-        self.settle_linger_s = settle_linger_s
         self.admin_timeout_s = admin_timeout_s
         self._keys = KeySpace(prefix)
         self._settled_ttl_s = math.ceil(settled_ttl_s)
@@ -102,8 +96,6 @@ class RedisStore:
         self._settle = _Script("settle.lua")
         self._fast: RespClient | None = None
         self._batches: dict[tuple[str, tuple[str, ...]], list[tuple[bytes, asyncio.Future[list[Any]]]]] = {}
-        self._lingering: dict[tuple[str, tuple[str, ...]], tuple[_Script, asyncio.TimerHandle]] = {}
-        self._lingering_by_tenant: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         if isinstance(url_or_client, str):
             # the hot path (admit, settle, ping) on one connection; usage on a second, opened on first
@@ -191,7 +183,7 @@ class RedisStore:
             "tokens": token_keys,
             "leases": lease_keys,
         }
-        await self._eval(self._settle, key_names, _json(spec), linger_s=self.settle_linger_s)
+        await self._eval(self._settle, key_names, _json(spec))
 
     async def usage(self, month: str, tenant: str | None = None) -> UsageReport:
         try:
@@ -222,10 +214,6 @@ class RedisStore:
             return False
 
     async def close(self) -> None:
-        for group in list(self._lingering):  # send what lingers, now
-            self._send_lingering(group)
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._fast is not None:
             await self._fast.close()
         if self._owns_client:
@@ -233,36 +221,24 @@ class RedisStore:
 
     # ---- one bounded round trip ---------------------------------------------------------------
 
-    async def _eval(
-        self, script: _Script, keys: Sequence[str], spec: bytes, *, linger_s: float = 0.0
-    ) -> list[Any]:
-        """One request's script reply, within ``timeout_s`` (plus ``linger_s``).
+    async def _eval(self, script: _Script, keys: Sequence[str], spec: bytes) -> list[Any]:
+        """One request's script reply, within ``timeout_s``.
 
-        On the fast path, calls made in the same event-loop turn (or within ``linger_s`` of the
-        first) with the same keys (same tenant, same rules) share one EVALSHA: the script takes one
-        ARGV entry per request and answers each in turn, atomically. At concurrency 16 that is a
-        fraction of the commands, bytes and parsing.
+        On the fast path, calls made in the same event-loop turn with the same keys (same tenant,
+        same rules) share one EVALSHA: the script takes one ARGV entry per request and answers each
+        in turn, atomically. At concurrency 16 that is a fraction of the commands, bytes and parsing.
         """
         if self._fast is not None:
             loop = asyncio.get_running_loop()
             future: asyncio.Future[list[Any]] = loop.create_future()
             group = (script.sha, tuple(keys))
-            tenant_tag = keys[0].partition("}")[0]  # every key of one call shares its tenant's hash tag
-            if linger_s == 0 and tenant_tag in self._lingering_by_tenant:
-                for lingering in self._lingering_by_tenant.pop(tenant_tag):
-                    self._send_lingering(lingering)  # written before this call: Redis runs them first
             batch = self._batches.get(group)
             if batch is None:
                 batch = self._batches[group] = []
-                if linger_s > 0:
-                    handle = loop.call_later(linger_s, self._send_batch, script, group)
-                    self._lingering[group] = (script, handle)
-                    self._lingering_by_tenant.setdefault(tenant_tag, []).append(group)
-                else:
-                    loop.call_soon(self._send_batch, script, group)
+                loop.call_soon(self._send_batch, script, group)
             batch.append((spec, future))
             try:
-                async with asyncio.timeout(self.timeout_s + linger_s):
+                async with asyncio.timeout(self.timeout_s):
                     return await future
             except TimeoutError as exc:
                 raise StoreUnavailable(f"rate-limit store unavailable: {exc!r}") from exc
@@ -273,21 +249,7 @@ class RedisStore:
             raise StoreUnavailable(f"rate-limit store unavailable: {exc!r}") from exc
         return list(reply[0]) if isinstance(reply[0], list) else [reply[0]]
 
-    def _send_lingering(self, group: tuple[str, tuple[str, ...]]) -> None:
-        lingering = self._lingering.get(group)
-        if lingering is not None:
-            script, handle = lingering
-            handle.cancel()
-            self._send_batch(script, group)
-
     def _send_batch(self, script: _Script, group: tuple[str, tuple[str, ...]]) -> None:
-        if self._lingering.pop(group, None) is not None:
-            tenant_tag = group[1][0].partition("}")[0]
-            groups = self._lingering_by_tenant.get(tenant_tag)
-            if groups is not None and group in groups:
-                groups.remove(group)
-                if not groups:
-                    del self._lingering_by_tenant[tenant_tag]
         batch = self._batches.pop(group)
         task = asyncio.get_running_loop().create_task(self._run_batch(script, group[1], batch))
         self._tasks.add(task)

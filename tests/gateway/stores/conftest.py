@@ -68,17 +68,14 @@ def settlement(
     )
 
 
-@pytest.fixture(params=["memory", "redis", "redis-lingering"])
+@pytest.fixture(params=["memory", "redis"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
-    """Each store kind in turn; the Redis ones on the session's real Redis, flushed (one with settles
-    lingering to share calls, which must not change any answer)."""
+    """Each store kind in turn; the Redis one on the session's real Redis, flushed."""
     if request.param == "memory":
         made: Store = MemoryStore()
     else:
         url = request.getfixturevalue("redis_flushed")
-        linger = 0.01 if request.param == "redis-lingering" else 0.0
-        # generous timeout: these tests check semantics, not latency
-        made = RedisStore(url, timeout_s=2.0, settle_linger_s=linger)
+        made = RedisStore(url, timeout_s=2.0)  # generous: these tests check semantics, not latency
     yield made
     await made.close()
 

@@ -66,8 +66,8 @@ async def one_request(store: Store, request_id: str, latencies_ms: list[float]) 
     latencies_ms.append((time.perf_counter() - started) * 1000)
 
 
-async def run(store: Store, num_requests: int, concurrency: int) -> tuple[float, float, float]:
-    """(p50 ms, p99 ms, admit+settle pairs per second)."""
+async def run(store: Store, num_requests: int, concurrency: int) -> tuple[float, float, float, float]:
+    """(p50 ms, p99 ms, admit+settle pairs per second, client CPU us per pair)."""
     latencies_ms: list[float] = []
     run_id = uuid.uuid4().hex[:8]  # fresh request ids: a repeated id would be a no-op settle
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -78,11 +78,12 @@ async def run(store: Store, num_requests: int, concurrency: int) -> tuple[float,
         while not queue.empty():
             await one_request(store, f"{run_id}-{queue.get_nowait()}", latencies_ms)
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed_s = time.perf_counter() - started
+    cpu_us = (time.process_time() - cpu_started) / num_requests * 1e6
     q = statistics.quantiles(latencies_ms, n=100)
-    return q[49], q[98], num_requests / elapsed_s
+    return q[49], q[98], num_requests / elapsed_s, cpu_us
 
 
 @contextlib.contextmanager
@@ -125,15 +126,18 @@ async def main() -> None:
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64])
     args = parser.parse_args()
-    print(f"{'store':<8} {'conc':>5} {'p50 ms':>8} {'p99 ms':>8} {'ops/s':>9}   (op = admit + settle)")
+    print(
+        f"{'store':<8} {'conc':>5} {'p50 ms':>8} {'p99 ms':>8} {'ops/s':>9} {'CPU us':>7}"
+        "   (op = admit + settle; CPU = this client's)"
+    )
     with redis_url() as url:
         for name in ("memory", "redis"):
             for concurrency in args.concurrency:
                 store: Store = MemoryStore() if name == "memory" else RedisStore(url, timeout_s=1.0)
                 await run(store, min(500, args.requests), concurrency)  # warm up (and load the scripts)
-                p50, p99, ops = await run(store, args.requests, concurrency)
+                p50, p99, ops, cpu_us = await run(store, args.requests, concurrency)
                 await store.close()
-                print(f"{name:<8} {concurrency:>5} {p50:>8.3f} {p99:>8.3f} {ops:>9.0f}")
+                print(f"{name:<8} {concurrency:>5} {p50:>8.3f} {p99:>8.3f} {ops:>9.0f} {cpu_us:>7.0f}")
     bench_tokens()
 
 

@@ -25,10 +25,16 @@ class KeySpace:
 
     def __init__(self, prefix: str = "sy:") -> None:
         self.prefix = prefix
+        self._roots: dict[str, str] = {}
 
     def tenant(self, tenant: str) -> str:
-        """The hash-tagged root of every key of ``tenant``."""
-        return f"{self.prefix}{{t:{_escape(tenant)}}}"
+        """The hash-tagged root of every key of ``tenant`` (built once per tenant)."""
+        root = self._roots.get(tenant)
+        if root is None:
+            if len(self._roots) >= 65536:
+                self._roots.clear()
+            root = self._roots[tenant] = f"{self.prefix}{{t:{_escape(tenant)}}}"
+        return root
 
     def requests(self, tenant: str, scope: str) -> str:
         """Hash: second -> requests admitted in that second."""

@@ -25,6 +25,7 @@ from gateway.stores.base import (
     WINDOW_S,
     Admission,
     Decision,
+    LimitRule,
     Settlement,
     StoreUnavailable,
     TenantUsage,
@@ -53,6 +54,16 @@ _json = msgspec.json.Encoder().encode
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+_MAX_LAYOUTS = 4096
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    """Store ``value``; a cache grown past its bound starts afresh (tenants x months x rule sets)."""
+    if len(cache) >= _MAX_LAYOUTS:
+        cache.clear()
+    cache[key] = value
 
 
 def _none_if_negative(value: int) -> int | None:
@@ -92,6 +103,8 @@ class RedisStore:
         self._keys = KeySpace(prefix)
         self._settled_ttl_s = math.ceil(settled_ttl_s)
         self._ledger_ttl_s = ledger_ttl_s
+        self._admit_layouts: dict[tuple[str, str, tuple[LimitRule, ...]], Any] = {}
+        self._settle_layouts: dict[tuple[str, str, tuple[LimitRule, ...]], Any] = {}
         self._admit = _Script("admit.lua")
         self._settle = _Script("settle.lua")
         self._fast: RespClient | None = None
@@ -110,18 +123,7 @@ class RedisStore:
     # ---- the Store protocol -----------------------------------------------------------------
 
     async def admit(self, admission: Admission) -> Decision:
-        tenant, keys = admission.tenant, self._keys
-        key_names = [keys.usage(tenant, admission.month)]
-        checks: list[tuple[int, int, int, int]] = []  # (kind, rule number, key number, limit)
-        for rule_no, rule in enumerate(admission.rules, start=1):
-            for kind, limit, key in (
-                (1, rule.requests_per_minute, keys.requests),
-                (2, rule.tokens_per_minute, keys.tokens),
-                (3, rule.max_concurrent, keys.leases),
-            ):
-                if limit is not None:
-                    key_names.append(key(tenant, rule.scope))
-                    checks.append((kind, rule_no, len(key_names), limit))
+        key_names, checks = self._admit_layout(admission.tenant, admission.month, admission.rules)
         spec = {
             "now": admission.now_s,
             "lease_ttl": admission.lease_ttl_s,
@@ -154,16 +156,9 @@ class RedisStore:
         )
 
     async def settle(self, settlement: Settlement) -> None:
-        tenant, keys = settlement.tenant, self._keys
-        key_names = [keys.settled(tenant, settlement.reserved_at_s), keys.usage(tenant, settlement.month)]
-        token_keys, lease_keys = [], []
-        for rule in settlement.rules:
-            if rule.tokens_per_minute is not None:
-                key_names.append(keys.tokens(tenant, rule.scope))
-                token_keys.append(len(key_names))
-            if rule.max_concurrent is not None:
-                key_names.append(keys.leases(tenant, rule.scope))
-                lease_keys.append(len(key_names))
+        tenant = settlement.tenant
+        rule_keys, token_keys, lease_keys = self._settle_layout(tenant, settlement.month, settlement.rules)
+        key_names = [self._keys.settled(tenant, settlement.reserved_at_s), *rule_keys]
         scopes = ["tenant"]
         if settlement.key_id:
             scopes.append(f"key:{settlement.key_id}")
@@ -184,6 +179,54 @@ class RedisStore:
             "leases": lease_keys,
         }
         await self._eval(self._settle, key_names, _json(spec))
+
+    # ---- key layouts, built once per tenant, month and rule set ----------------------------------
+
+    def _admit_layout(
+        self, tenant: str, month: str, rules: tuple[LimitRule, ...]
+    ) -> tuple[list[str], list[tuple[int, int, int, int]]]:
+        """KEYS of an admit (the ledger, then each limited window or lease set) and its checks:
+        (kind, rule number, key number, limit)."""
+        cache_key = (tenant, month, rules)
+        layout = self._admit_layouts.get(cache_key)
+        if layout is None:
+            keys = self._keys
+            key_names = [keys.usage(tenant, month)]
+            checks: list[tuple[int, int, int, int]] = []
+            for rule_no, rule in enumerate(rules, start=1):
+                for kind, limit, key in (
+                    (1, rule.requests_per_minute, keys.requests),
+                    (2, rule.tokens_per_minute, keys.tokens),
+                    (3, rule.max_concurrent, keys.leases),
+                ):
+                    if limit is not None:
+                        key_names.append(key(tenant, rule.scope))
+                        checks.append((kind, rule_no, len(key_names), limit))
+            layout = (key_names, checks)
+            _remember(self._admit_layouts, cache_key, layout)
+        return layout
+
+    def _settle_layout(
+        self, tenant: str, month: str, rules: tuple[LimitRule, ...]
+    ) -> tuple[list[str], list[int], list[int]]:
+        """KEYS of a settle after its settled-set key (the ledger, token windows, lease sets) and the
+        KEYS numbers of the token windows and of the lease sets."""
+        cache_key = (tenant, month, rules)
+        layout = self._settle_layouts.get(cache_key)
+        if layout is None:
+            keys = self._keys
+            key_names = [keys.usage(tenant, month)]
+            token_keys, lease_keys = [], []
+            for rule in rules:
+                if rule.tokens_per_minute is not None:
+                    key_names.append(keys.tokens(tenant, rule.scope))
+                    token_keys.append(len(key_names) + 1)  # KEYS[1] is the settled set
+                if rule.max_concurrent is not None:
+                    key_names.append(keys.leases(tenant, rule.scope))
+                    lease_keys.append(len(key_names) + 1)
+            layout = (key_names, token_keys, lease_keys)
+            _remember(self._settle_layouts, cache_key, layout)
+        return layout
 
     async def usage(self, month: str, tenant: str | None = None) -> UsageReport:
         try:

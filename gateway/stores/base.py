@@ -21,6 +21,7 @@ fail-open or to a 503.
 from __future__ import annotations
 
 import calendar
+import functools
 import math
 from typing import Protocol, runtime_checkable
 
@@ -216,10 +217,14 @@ class Store(Protocol):
 
 def seconds_to_next_month(month: str, now_s: float) -> float:
     """Seconds from ``now_s`` until the first instant of the UTC month after ``month`` (at least 1)."""
+    return max(1.0, _next_month_start_s(month) - now_s)
+
+
+@functools.lru_cache(maxsize=64)
+def _next_month_start_s(month: str) -> int:
     year, mon = (int(part) for part in month.split("-", 1))
     year, mon = (year + 1, 1) if mon == 12 else (year, mon + 1)
-    start_s = calendar.timegm((year, mon, 1, 0, 0, 0, 0, 0, 0))
-    return max(1.0, start_s - now_s)
+    return calendar.timegm((year, mon, 1, 0, 0, 0, 0, 0, 0))
 
 
 def usage_field(scope: str, metric: str) -> str:

@@ -61,6 +61,19 @@ static inline float exp_nonpos(float x) {
     return p * scale;
 }
 
+/* Each of the G rows of L scores becomes exp(score - row max), unnormalised; inv_sum[g] = 1 / row sum. */
+static inline __attribute__((always_inline)) void softmax_rows(float *scores, int L, int G, float *inv_sum) {
+    for (int g = 0; g < G; g++) {
+        float *sg = scores + g * L, m = -INFINITY, sum = 0.0f;
+        for (int t = 0; t < L; t++) m = sg[t] > m ? sg[t] : m;
+        for (int t = 0; t < L; t++) {
+            sg[t] = exp_nonpos(sg[t] - m);
+            sum += sg[t];
+        }
+        inv_sum[g] = 1.0f / sum;
+    }
+}
+
 #define MAX_GROUP 64
 #define MAX_DIM 512
 
@@ -95,15 +108,7 @@ static inline __attribute__((always_inline)) void run_item_f32_fixed(const Job *
         }
     }
     float inv_sum[G];
-    for (int g = 0; g < G; g++) {
-        float *sg = scores + g * L, m = -INFINITY, sum = 0.0f;
-        for (int t = 0; t < L; t++) m = sg[t] > m ? sg[t] : m;
-        for (int t = 0; t < L; t++) {
-            sg[t] = exp_nonpos(sg[t] - m);
-            sum += sg[t];
-        }
-        inv_sum[g] = 1.0f / sum;
-    }
+    softmax_rows(scores, L, G, inv_sum);
     for (int i = 0; i < G * D; i++) acc[i] = 0.0f;
     for (int b = 0; b < num_blocks; b++) {
         const float *vb = vbase + table[b] * bs * D;
@@ -175,15 +180,7 @@ static void run_item(const Job *j, int item, float *scores, float *qbuf, float *
         }
     }
     float inv_sum[MAX_GROUP];
-    for (int g = 0; g < G; g++) {
-        float *sg = scores + g * L, m = -INFINITY, sum = 0.0f;
-        for (int t = 0; t < L; t++) m = sg[t] > m ? sg[t] : m;
-        for (int t = 0; t < L; t++) {
-            sg[t] = exp_nonpos(sg[t] - m);
-            sum += sg[t];
-        }
-        inv_sum[g] = 1.0f / sum;
-    }
+    softmax_rows(scores, L, G, inv_sum);
     memset(acc, 0, sizeof(float) * G * D);
     for (int t = 0; t < L; t++) {
         const int64_t off = head_base + (table[t / bs] * bs + t % bs) * D;

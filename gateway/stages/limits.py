@@ -10,6 +10,7 @@ carries OpenAI's ``x-ratelimit-*`` headers; a denial is a 429 with ``Retry-After
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -66,7 +67,13 @@ def rules_for(policy: Policy, call: Call) -> Rules:
 
 
 def month_of(now_s: float) -> str:
-    return time.strftime("%Y-%m", time.gmtime(now_s))
+    """The UTC calendar month of ``now_s``, as ``YYYY-MM``."""
+    return _month_of_day(int(now_s // 86400))  # UTC days never straddle a month
+
+
+@functools.lru_cache(maxsize=4)
+def _month_of_day(day: int) -> str:
+    return time.strftime("%Y-%m", time.gmtime(day * 86400))  # strftime: ~2% of a request's CPU
 
 
 class EnforceLimits:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import openai
 import pytest
 
 from gateway.keys import hash_key, new_key
+from gateway.stages.limits import month_of
 from gateway.stores import MemoryStore, RedisStore, Store
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
@@ -153,3 +155,20 @@ def test_concurrency_lease_is_released_when_the_client_leaves(
         assert keys["requests"] == 2 and keys["output_tokens"] >= 7
     finally:
         gateway.stop()
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        (2026, 11, 30, 23, 59, 59),
+        (2026, 12, 1, 0, 0, 0),
+        (2026, 12, 31, 23, 59, 59),
+        (2027, 1, 1, 0, 0, 0),
+        (2028, 2, 29, 12, 0, 0),
+        (1970, 1, 1, 0, 0, 0),
+    ],
+)
+def test_month_of_is_the_utc_calendar_month(when: tuple[int, ...]) -> None:
+    ts = calendar.timegm((*when, 0, 0, 0))
+    for offset in (0.0, 0.999):
+        assert month_of(ts + offset) == time.strftime("%Y-%m", time.gmtime(ts + offset))

@@ -97,7 +97,7 @@ def test_special_token_text_is_counted_not_rejected() -> None:
 
 
 def test_counting_a_1k_token_prompt_is_fast() -> None:
-    counter = TokenCounter("gpt-4o")
+    counter = TokenCounter("gpt-4o", memo_chars=0)  # the encoding itself, not the memo
     text = "The gateway counts prompt tokens before it reserves capacity. " * 100
     num_tokens = counter.count_text(text)
     assert 900 <= num_tokens <= 1300
@@ -121,3 +121,20 @@ def test_malformed_chat_input_is_estimated_never_raised(messages: object) -> Non
 @pytest.mark.parametrize("prompt", [42, {"a": 1}, [None, {"x": 1}, 3.5], [[1, 2], "ab", 7]])
 def test_malformed_prompts_are_estimated_never_raised(prompt: object) -> None:
     assert TokenCounter().count_prompt(prompt) >= 0  # type: ignore[arg-type]
+
+
+def test_counts_are_remembered_within_a_character_budget() -> None:
+    plain = TokenCounter("gpt-4o", memo_chars=0)
+    counter = TokenCounter("gpt-4o", memo_chars=4000)
+    texts = [f"system prompt number {i}: " + "be terse and exact. " * 10 for i in range(60)]
+    for _ in range(2):
+        for text in texts:
+            assert counter.count_text(text) == plain.count_text(text)
+    memo = counter._memo
+    assert 0 < len(memo) < len(texts)  # older texts were evicted to keep within the budget
+    assert memo._chars <= 4000
+    huge = "x " * 5000  # over a quarter of the budget: counted, never remembered
+    assert counter.count_text(huge) == plain.count_text(huge)
+    assert memo.get(huge) is None
+    messages = [{"role": "system", "content": texts[-1]}, {"role": "user", "content": "hi"}]
+    assert counter.count_chat(messages) == plain.count_chat(messages)

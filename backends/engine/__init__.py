@@ -5,7 +5,7 @@ The shape follows nano-vllm: ``LLMEngine.step()`` is schedule -> run -> postproc
 
 from backends.engine.config import EngineConfig
 from backends.engine.errors import EngineDeadError, EngineError, ModelLoadError, QueueFullError
-from backends.engine.outputs import CompletionOutput, Logprob, RequestOutput
+from backends.engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
 from backends.engine.sampling_params import SamplingParams
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "Logprob",
     "ModelLoadError",
     "QueueFullError",
+    "RequestMetrics",
     "RequestOutput",
     "SamplingParams",
 ]

@@ -17,7 +17,7 @@ from backends.engine.cpu_allocator import keep_freed_memory
 from backends.engine.loader import LoadedModel, ModelLoader, load_model
 from backends.engine.model_runner import ModelRunner
 from backends.engine.models.llama import LlamaForCausalLM
-from backends.engine.outputs import CompletionOutput, Logprob, RequestOutput
+from backends.engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
 from backends.engine.sampler import Sampler
 from backends.engine.sampling_params import SamplingParams
 from backends.engine.scheduler import Scheduler, SchedulerOutput
@@ -53,6 +53,7 @@ class _Request:
     seqs: list[Sequence]
     is_forked: bool = False
     touched: bool = field(default=False)
+    first_scheduled_s: float | None = None
 
 
 class LLMEngine:
@@ -177,6 +178,11 @@ class LLMEngine:
     # -- the step ------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         sched = self.scheduler.schedule()
+        scheduled_s = time.perf_counter()  # after the pick: never before a request was submitted
+        for item in sched.scheduled:
+            req = self.requests.get(item.seq.request_id)
+            if req is not None and req.first_scheduled_s is None:
+                req.first_scheduled_s = scheduled_s  # its queue wait ends here
         for seq in sched.finished:
             self._finish_request_if_done(seq)
         touched = {seq.request_id for seq in sched.finished}
@@ -292,6 +298,7 @@ class LLMEngine:
             outputs,
             finished,
             num_cached_tokens=req.seqs[0].num_cached_tokens,
+            metrics=RequestMetrics(first_scheduled_s=req.first_scheduled_s),
         )
 
     # -- batch API and stats -------------------------------------------------------------------------

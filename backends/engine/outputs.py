@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -28,6 +28,14 @@ class CompletionOutput:
 
 
 @dataclass
+class RequestMetrics:
+    """When things happened to a request, in ``time.perf_counter()`` seconds."""
+
+    first_scheduled_s: float | None = None
+    """The scheduler first picked some of its tokens (the end of its queue wait)."""
+
+
+@dataclass
 class RequestOutput:
     """The state of one request after a step."""
 
@@ -37,3 +45,4 @@ class RequestOutput:
     finished: bool
     num_cached_tokens: int = 0
     """Prompt tokens served from the prefix cache."""
+    metrics: RequestMetrics = field(default_factory=RequestMetrics)

@@ -7,10 +7,10 @@ is traced when its ``traceparent`` says sampled, or, without one, with the ratio
 ``SWITCHYARD_TRACE_SAMPLING_RATIO`` (default 0.01).
 
 The spans are written when the request ends, from timestamps taken as it runs (no span is open while
-the engine works): queue wait from submission to the scheduler's first pick, prefill from there to
-the first token, decode from the first token to the last. The engine's outputs do not carry the
-time it first scheduled a request yet; until they do (``RequestOutput.metrics.first_scheduled_s``,
-read when present), queue wait is reported as zero and prefill covers it, marked
+the engine works): queue wait from submission to the scheduler's first pick
+(``RequestOutput.metrics.first_scheduled_s``), prefill from there to the first token, decode from the
+first token to the last. An engine whose outputs lack that time (another implementation behind the
+same server) gets a zero queue wait with prefill covering it, marked
 ``switchyard.engine.timing = derived``.
 """
 

@@ -164,6 +164,7 @@ def test_one_trace_through_gateway_and_engine(tmp_path: Path) -> None:
         phases[n] for n in (sc.ENGINE_QUEUE_SPAN, sc.ENGINE_PREFILL_SPAN, sc.ENGINE_DECODE_SPAN)
     )
     assert queue["start_ns"] <= queue["end_ns"] <= prefill["start_ns"] + 1
+    assert {s["attributes"][sc.ENGINE_TIMING] for s in phases.values()} == {"engine"}  # measured
     assert prefill["end_ns"] <= decode["start_ns"] + 1 and decode["start_ns"] <= decode["end_ns"]
     assert en_server["start_ns"] <= queue["start_ns"] and decode["end_ns"] <= en_server["end_ns"]
     # the engine's work sits inside the gateway's CLIENT span

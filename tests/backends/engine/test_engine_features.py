@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -173,3 +174,18 @@ def test_random_soak_with_aborts_keeps_the_pool_consistent(make_engine: EngineFa
     assert not live
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
     assert finished > 350
+
+
+def test_outputs_say_when_a_request_was_first_scheduled(make_engine: EngineFactory) -> None:
+    engine = make_engine(max_num_seqs=1)
+    params = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
+    before = time.perf_counter()
+    engine.add_request("a", [5, 6, 7], params)
+    engine.add_request("b", [5, 6, 8], params)  # waits: one sequence runs at a time
+    seen: dict[str, set[float | None]] = {"a": set(), "b": set()}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            seen[out.request_id].add(out.metrics.first_scheduled_s)
+    [a], [b] = seen["a"], seen["b"]  # one value per request, from its first output on
+    assert a is not None and b is not None
+    assert before <= a < b  # "b" queued until "a" finished

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from backends.engine.kernels import cpu_kernels_enabled
+
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("paged_decode.c")
@@ -120,7 +122,7 @@ class CpuDecodeKernel:
 @functools.cache
 def load() -> CpuDecodeKernel | None:
     """The kernel, built if needed; None where it cannot be (no compiler, disabled, not glibc/ELF)."""
-    if os.environ.get("SWITCHYARD_CPU_KERNELS", "1") == "0":
+    if not cpu_kernels_enabled():
         return None
     try:
         return CpuDecodeKernel(ctypes.CDLL(str(_build())))

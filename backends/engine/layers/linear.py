@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from backends.engine.kernels import cpu_kernels_enabled
 
 
 class MergedLinear(nn.Module):
@@ -44,7 +44,7 @@ class MergedLinear(nn.Module):
         as tied embeddings); ``dense_weight()`` still returns it either way.
         """
         weight = self.weight.data
-        if not prepacking_enabled() or weight.device.type != "cpu" or weight.dtype != torch.float32:
+        if not cpu_kernels_enabled() or weight.device.type != "cpu" or weight.dtype != torch.float32:
             return False
         try:
             self._packed = torch.ops.mkldnn._reorder_linear_weight(weight, batch_hint)
@@ -64,8 +64,3 @@ class MergedLinear(nn.Module):
         if self._packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
-
-
-def prepacking_enabled() -> bool:
-    """``SWITCHYARD_CPU_KERNELS=0`` turns off every CPU-specific path (this and the decode kernel)."""
-    return os.environ.get("SWITCHYARD_CPU_KERNELS", "1") != "0"

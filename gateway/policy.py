@@ -163,6 +163,13 @@ class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """When Redis fails: fall back to a local limiter, or answer 503."""
     timeout_s: Annotated[float, msgspec.Meta(gt=0, le=5)] = 0.25
     """No request waits longer than this on the store."""
+    local_credit: bool = True
+    """Admit most requests from credit taken in Redis and write settles in batches (see
+    ``gateway/stores/credit.py``): limits stay exact across replicas, with a fraction of the round
+    trips. Off: one Redis round trip to admit and one to settle every request."""
+    flush_interval_s: Annotated[float, msgspec.Meta(gt=0, le=5)] = 0.05
+    """With local credit: how often settled usage is written to Redis (another replica's
+    ``/v1/usage`` sees it this much later at most), and spent seconds' credit handed back."""
     default_reserve_tokens: Count = 256
     """Output tokens reserved when a request gives no ``max_tokens``."""
     unknown_model_encoding: Literal["cl100k_base", "o200k_base"] = "cl100k_base"

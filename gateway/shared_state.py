@@ -19,7 +19,7 @@ from gateway.cache import (
 from gateway.cache.blobs import Blobs, MemoryBlobs, RedisBlobs
 from gateway.cache.embedding_cache import EmbeddingCache, MemoryEmbeddingCache, RedisEmbeddingCache
 from gateway.policy import Policy
-from gateway.stores import FailoverStore, MemoryStore, RedisStore, Store
+from gateway.stores import CreditStore, FailoverStore, MemoryStore, RedisStore, Store
 from gateway.telemetry import Metrics
 
 
@@ -29,8 +29,12 @@ def build_store(policy: Policy, *, on_fallback: Callable[[str], None] | None = N
     url = os.environ.get(config.url_env) if config.url_env else None
     if not url:
         return MemoryStore()
+    redis = RedisStore(url, timeout_s=config.timeout_s)
+    primary: Store = (
+        CreditStore(redis, flush_interval_s=config.flush_interval_s) if config.local_credit else redis
+    )
     return FailoverStore(
-        RedisStore(url, timeout_s=config.timeout_s),
+        primary,
         MemoryStore(),
         mode=config.on_failure,
         on_fallback=on_fallback,

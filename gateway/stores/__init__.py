@@ -3,7 +3,8 @@
 Public API::
 
     from gateway.stores import (Admission, Decision, LimitRule, BudgetRule, Settlement, UsageReport,
-                                Store, MemoryStore, RedisStore, FailoverStore, StoreUnavailable)
+                                Store, MemoryStore, RedisStore, CreditStore, FailoverStore,
+                                StoreUnavailable)
 """
 
 from gateway.stores.base import (
@@ -22,6 +23,7 @@ from gateway.stores.base import (
     format_reset,
     openai_ratelimit_headers,
 )
+from gateway.stores.credit import CreditStore
 from gateway.stores.failover import FailMode, FailoverStore
 from gateway.stores.memory import MemoryStore
 from gateway.stores.redis import RedisStore
@@ -30,6 +32,7 @@ __all__ = [
     "WINDOW_S",
     "Admission",
     "BudgetRule",
+    "CreditStore",
     "Decision",
     "FailMode",
     "FailoverStore",

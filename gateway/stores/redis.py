@@ -110,10 +110,13 @@ class RedisStore:
         self._keys = KeySpace(prefix)
         self._settled_ttl_s = math.ceil(settled_ttl_s)
         self._ledger_ttl_s = ledger_ttl_s
+        self.ledger_ttl_s = ledger_ttl_s
+        self.keys = self._keys
         self._admit_layouts: dict[tuple[str, str, tuple[LimitRule, ...]], Any] = {}
         self._settle_layouts: dict[tuple[str, str, tuple[LimitRule, ...]], Any] = {}
         self._admit = _Script("admit.lua")
         self._settle = _Script("settle.lua")
+        self._flush = _Script("flush.lua")
         self._fast: RespClient | None = None
         self._batches: dict[tuple[str, tuple[str, ...]], list[tuple[bytes, asyncio.Future[list[Any]]]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -130,7 +133,16 @@ class RedisStore:
     # ---- the Store protocol -----------------------------------------------------------------
 
     async def admit(self, admission: Admission) -> Decision:
-        key_names, checks = self._admit_layout(admission.tenant, admission.month, admission.rules)
+        decision, _, _ = await self.admit_with_credit(admission, None)
+        return decision
+
+    async def admit_with_credit(
+        self, admission: Admission, want: tuple[int, int, int] | None
+    ) -> tuple[Decision, float | None, list[int]]:
+        """``admit``, also taking credit when allowed (``want``: requests, tokens, lease slots per
+        check; see ``CreditStore``). Returns the decision, the budget room left (``None`` without
+        budgets) and the credit granted per check of ``admit_layout``."""
+        key_names, checks = self.admit_layout(admission.tenant, admission.month, admission.rules)
         spec = {
             "now": admission.now_s,
             "lease_ttl": admission.lease_ttl_s,
@@ -141,6 +153,8 @@ class RedisStore:
             "checks": checks,
             "budgets": [(b.scope, float(b.monthly_usd)) for b in admission.budgets],
         }
+        if want is not None:
+            spec["want"] = want
         reply = await self._eval(self._admit, key_names, _json(spec))
         allowed, reason, index, retry_ms, exceeds = (int(v) for v in reply[:5])
         lim_r, rem_r, reset_r, lim_t, rem_t, reset_t = (int(v) for v in reply[5:11])
@@ -148,7 +162,7 @@ class RedisStore:
         if not allowed:
             scopes = admission.budgets if reason == 4 else admission.rules
             scope = scopes[index - 1].scope
-        return Decision(
+        decision = Decision(
             allowed=bool(allowed),
             reason=_REASONS.get(reason),
             scope=scope,
@@ -161,6 +175,13 @@ class RedisStore:
             reset_tokens_s=_seconds(reset_t),
             exceeds_limit=bool(exceeds),
         )
+        room = float(_text(reply[11])) if admission.budgets else None
+        return decision, room, [int(v) for v in reply[12:]]
+
+    async def flush(self, keys: Sequence[str], spec: bytes) -> None:
+        """One ``lua/flush.lua`` call (ledger increments, window adjustments, lease releases of one
+        tenant), within ``timeout_s``."""
+        await self._eval(self._flush, keys, spec)
 
     async def settle(self, settlement: Settlement) -> None:
         tenant = settlement.tenant
@@ -189,7 +210,7 @@ class RedisStore:
 
     # ---- key layouts, built once per tenant, month and rule set ----------------------------------
 
-    def _admit_layout(
+    def admit_layout(
         self, tenant: str, month: str, rules: tuple[LimitRule, ...]
     ) -> tuple[list[str], list[tuple[int, int, int, int]]]:
         """KEYS of an admit (the ledger, then each limited window or lease set) and its checks:
@@ -323,6 +344,9 @@ class RedisStore:
         except BaseException as exc:  # cancelled (shutdown) or a bug: no caller may wait forever
             _fail(batch, StoreUnavailable(f"rate-limit store call failed: {exc!r}"))
             raise
+        if not isinstance(replies, list) or len(replies) != len(batch):
+            _fail(batch, StoreUnavailable(f"rate-limit store answered {replies!r} to {len(batch)} calls"))
+            return
         for (_, future), reply in zip(batch, replies, strict=True):
             if not future.done():
                 future.set_result(reply if isinstance(reply, list) else [reply])

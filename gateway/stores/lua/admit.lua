@@ -6,13 +6,19 @@
 -- ARGV[i]  JSON, one per request (requests with the same KEYS share one call):
 --          {now, lease_ttl, reserve, id, window, to_next_month,
 --                 checks: [[kind, rule_no, key_no, limit], ...]   kind 1 requests, 2 tokens, 3 concurrency
---                 budgets: [[scope, monthly_usd], ...]}
+--                 budgets: [[scope, monthly_usd], ...],
+--                 want: [requests, tokens, slots] (optional: credit for the caller to spend locally)}
 --          A requests or tokens key is a hash (second -> amount, plus t = the total of the live
 --          seconds, lo / hi = the oldest / newest second); a concurrency key a sorted set
 --          (request id -> lease expiry).
 -- Returns, per ARGV entry, {allowed, reason, index, retry_ms, exceeds, lim_req, rem_req, reset_req_ms,
---          lim_tok, rem_tok, reset_tok_ms}; reason 0 none, 1 requests, 2 tokens, 3 concurrency,
---          4 budget; index is the denying rule's (or budget's) 1-based number; -1 = none.
+--          lim_tok, rem_tok, reset_tok_ms, budget_room, grant_1, ..., grant_n}; reason 0 none,
+--          1 requests, 2 tokens, 3 concurrency, 4 budget; index is the denying rule's (or budget's)
+--          1-based number; -1 = none. budget_room is a string: the least of (monthly_usd - spent)
+--          over the budgets, "-1" without budgets. grant_i is the credit taken for check i beyond this
+--          request (see ../credit.py): units in this second's bucket, or lease slots named
+--          "<id>#<n>"; granted only when allowed, on limits of at least 64, and at most a sixteenth
+--          of the room left, so credit shrinks to nothing as a limit fills up.
 
 local function admit_one(spec)
   local a = cjson.decode(spec)
@@ -86,20 +92,24 @@ local function admit_one(spec)
     if wait > retry then retry = wait end
   end
 
+  local room = -1
   for j, budget in ipairs(a.budgets) do
     local spent = tonumber(redis.call('HGET', KEYS[1], budget[1] .. '|cost_usd') or '0')
     if spent >= budget[2] then fail(4, j, a.to_next_month) end
+    if room < 0 or budget[2] - spent < room then room = budget[2] - spent end
   end
 
-  local req, tok = {}, {}
-  for _, check in ipairs(a.checks) do
+  local req, tok, used_of = {}, {}, {}
+  for c, check in ipairs(a.checks) do
     local kind, rule_no, key, limit = check[1], check[2], KEYS[check[3]], check[4]
     if kind == 1 then
       local used, hi = scan(key)
+      used_of[c] = used + 1
       req[#req + 1] = {limit, used, hi}
       if used + 1 > limit then fail(1, rule_no, wait_s(live_buckets(key), used, 1, limit)) end
     elseif kind == 2 then
       local used, hi = scan(key)
+      used_of[c] = used + reserve
       tok[#tok + 1] = {limit, used, hi}
       if reserve > limit then
         exceeds = 1
@@ -109,7 +119,8 @@ local function admit_one(spec)
       end
     else
       redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-      if redis.call('ZCARD', key) >= limit then
+      used_of[c] = redis.call('ZCARD', key) + 1
+      if used_of[c] - 1 >= limit then
         local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
         local wait = 1
         if #first == 2 then wait = math.min(1, math.max(0, tonumber(first[2]) - now)) end
@@ -118,16 +129,32 @@ local function admit_one(spec)
     end
   end
 
+  -- credit beyond this request: a sixteenth of the room left at most, on limits of 64 or more
+  local want = a.want or {0, 0, 0}
+  local function grant(c, check)
+    local limit, w = check[4], want[check[1]] or 0
+    if w <= 0 or limit < 64 then return 0 end
+    local g = math.floor((limit - used_of[c]) / 16)
+    if g > w then g = w end
+    if g < 1 then return 0 end
+    return g
+  end
+
   local allowed = reason == 0
+  local grants = {}
   if allowed then
-    for _, check in ipairs(a.checks) do
+    for c, check in ipairs(a.checks) do
       local kind, key = check[1], KEYS[check[3]]
+      local g = grant(c, check)
+      grants[c] = g
       if kind == 1 then
-        take(key, 1)
+        take(key, 1 + g)
       elseif kind == 2 then
-        if reserve > 0 then take(key, reserve) end
+        if reserve + g > 0 then take(key, reserve + g) end
       else
-        redis.call('ZADD', key, now + a.lease_ttl, a.id)
+        local expiry = now + a.lease_ttl
+        redis.call('ZADD', key, expiry, a.id)
+        for n = 1, g do redis.call('ZADD', key, expiry, a.id .. '#' .. n) end
         local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
         redis.call('EXPIRE', key, math.ceil(tonumber(last[2]) - now) + 1)
       end
@@ -159,8 +186,10 @@ local function admit_one(spec)
 
   local lim_r, rem_r, reset_r = tightest(req, 1)
   local lim_t, rem_t, reset_t = tightest(tok, reserve)
-  return {allowed and 1 or 0, reason, index, ms(retry), exceeds,
-          lim_r, rem_r, ms(reset_r), lim_t, rem_t, ms(reset_t)}
+  local reply = {allowed and 1 or 0, reason, index, ms(retry), exceeds,
+                 lim_r, rem_r, ms(reset_r), lim_t, rem_t, ms(reset_t), tostring(room)}
+  for c = 1, #a.checks do reply[#reply + 1] = grants[c] or 0 end
+  return reply
 end
 
 local replies = {}

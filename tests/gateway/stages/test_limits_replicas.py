@@ -122,6 +122,8 @@ def test_redis_stopped_and_restarted(
     try:
         assert call()[0] == 200
         own_redis.stop()
+        # credit taken in Redis before it stopped may admit requests for the rest of that second
+        time.sleep(1.05)
         during = [call() for _ in range(20)]
         assert max(elapsed for _, elapsed, _ in during) < 1.0  # nobody hangs on a dead store
         if mode == "fail_open":

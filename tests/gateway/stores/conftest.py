@@ -1,4 +1,5 @@
-"""Fixtures for the store tests: one test body runs over MemoryStore and RedisStore (a real Redis)."""
+"""Fixtures for the store tests: one test body runs over MemoryStore, RedisStore (a real Redis) and
+CreditStore (local credit in front of that RedisStore)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,16 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from gateway.stores import Admission, BudgetRule, LimitRule, MemoryStore, RedisStore, Settlement, Store
+from gateway.stores import (
+    Admission,
+    BudgetRule,
+    CreditStore,
+    LimitRule,
+    MemoryStore,
+    RedisStore,
+    Settlement,
+    Store,
+)
 
 T0 = float(calendar.timegm((2026, 11, 15, 0, 0, 0, 0, 0, 0)))
 """A Unix time in the middle of November 2026: the tests' clock starts here."""
@@ -68,14 +78,17 @@ def settlement(
     )
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "credit"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
-    """Each store kind in turn; the Redis one on the session's real Redis, flushed."""
+    """Each store kind in turn; the Redis ones on the session's real Redis, flushed."""
+    made: Store
     if request.param == "memory":
-        made: Store = MemoryStore()
+        made = MemoryStore()
     else:
         url = request.getfixturevalue("redis_flushed")
         made = RedisStore(url, timeout_s=2.0)  # generous: these tests check semantics, not latency
+        if request.param == "credit":
+            made = CreditStore(made, clock=lambda: T0)
     yield made
     await made.close()
 

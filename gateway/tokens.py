@@ -146,6 +146,10 @@ def _release_freed_memory() -> None:
         pass
 
 
+_COUNTERS: dict[tuple[str | None, str], TokenCounter] = {}
+"""(model, default encoding) -> its shared counter."""
+
+
 class TokenCounter:
     """Counts prompt tokens for one model family (the encoding is chosen by model name).
 
@@ -162,7 +166,13 @@ class TokenCounter:
     @classmethod
     def for_model(cls, model: str | None, *, default_encoding: str = O200K) -> TokenCounter:
         """A shared counter per encoding (cheap to call on every request)."""
-        return _counter(encoding_for_model(model, default_encoding))
+        counter = _COUNTERS.get((model, default_encoding))
+        if counter is None:
+            counter = _counter(encoding_for_model(model, default_encoding))
+            if len(_COUNTERS) >= 1024:  # model names come from requests: bounded
+                _COUNTERS.clear()
+            _COUNTERS[(model, default_encoding)] = counter
+        return counter
 
     def count_text(self, text: str) -> int:
         """Tokens in ``text`` (remembered: the same system prompt or turn comes back request after
@@ -205,11 +215,13 @@ class TokenCounter:
 
         Malformed input (validation happens elsewhere) is estimated from its JSON, never raised on."""
         total = TOKENS_TO_PRIME_REPLY
-        if not isinstance(messages, Iterable) or isinstance(messages, str | bytes | Mapping):
+        if type(messages) is not list and (  # JSON bodies give lists and dicts: skip the ABC checks
+            not isinstance(messages, Iterable) or isinstance(messages, str | bytes | Mapping)
+        ):
             return total + self.count_text(_json(messages))  # malformed: an estimate, never an exception
         for message in messages:
             total += TOKENS_PER_MESSAGE
-            if not isinstance(message, Mapping):
+            if type(message) is not dict and not isinstance(message, Mapping):
                 total += self.count_text(_json(message))
                 continue
             for key, value in message.items():

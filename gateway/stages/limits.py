@@ -93,15 +93,20 @@ class EnforceLimits:
         self.on_reject = on_reject
         self._rules_cache: dict[tuple[int, str | None, str, str | None], Rules] = {}
         self._rules_policy: Policy | None = None
+        self._token_rules: set[tuple[LimitRule, ...]] = set()
+        """Rule sets with a tokens-per-minute limit (they reserve tokens up front)."""
 
     def _rules(self, call: Call) -> Rules:
         if self._rules_policy is not call.policy:
             self._rules_cache.clear()
+            self._token_rules.clear()
             self._rules_policy = call.policy
         cache_key = (id(call.policy), call.key.sha256 if call.key else None, call.tenant, call.pool)
         rules = self._rules_cache.get(cache_key)
         if rules is None:
             rules = self._rules_cache[cache_key] = rules_for(call.policy, call)
+            if any(rule.tokens_per_minute is not None for rule in rules[0]):
+                self._token_rules.add(rules[0])
         return rules
 
     async def __call__(self, call: Call) -> None:
@@ -109,7 +114,7 @@ class EnforceLimits:
         if not rules and not budgets:
             return
         reserve = 0
-        if any(rule.tokens_per_minute is not None for rule in rules):
+        if rules in self._token_rules:
             reserve = prompt_tokens(call) + max_output_tokens(call)
         now = self.clock()
         month = month_of(now)

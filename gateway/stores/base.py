@@ -263,7 +263,11 @@ def format_reset(seconds: float) -> str:
         return "0s"
     if seconds < 1:
         return f"{math.ceil(seconds * 1000)}ms"
-    total = math.ceil(seconds)
+    return _format_whole_seconds(math.ceil(seconds))
+
+
+@functools.lru_cache(maxsize=256)
+def _format_whole_seconds(total: int) -> str:
     hours, rest = divmod(total, 3600)
     minutes, secs = divmod(rest, 60)
     if hours:

@@ -38,8 +38,7 @@ import asyncio
 import logging
 import math
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import msgspec
@@ -53,7 +52,9 @@ from gateway.stores.base import (
     Settlement,
     StoreUnavailable,
     UsageReport,
+    usage_field,
 )
+from gateway.stores.keys import KeySpace
 from gateway.stores.redis import RedisStore
 
 logger = logging.getLogger("switchyard.stores")
@@ -64,26 +65,54 @@ MIN_POOLED_LIMIT = 64
 """Lease slots are kept as spares only under concurrency limits this large (admit.lua grants none below)."""
 REUSE_MARGIN_S = 10.0
 """A spare slot serves a new request only while it outlives that request's lease by this little at most."""
-_MAX_SETTLED_IDS = 16384
+_MAX_SETTLED_IDS = 8192
 _MAX_PENDING_RELEASES = 10000
+
+
+class _Plan:
+    """One tenant's rule set in one month: its keys and checks, and Redis's last answer."""
+
+    __slots__ = ("checks", "key_names", "local", "snapshot", "token_keys")
+
+    def __init__(self, key_names: list[str], checks: list[tuple[int, int, int, int]]) -> None:
+        self.key_names = key_names
+        self.checks = checks
+        """(kind, rule number, KEYS number, limit), as admit.lua takes them."""
+        self.local = [(kind, key_names[key_no - 1]) for kind, _, key_no, _ in checks]
+        """(kind, key) of each check."""
+        self.token_keys = [key for kind, key in self.local if kind == 2]
+        """The tokens windows (settles adjust them)."""
+        self.snapshot: list[Any] | None = None
+        """[Redis's last decision, requests admitted from credit since, tokens likewise]."""
 
 
 class _Pending:
     """What one tenant's settles and refunds left to write."""
 
-    __slots__ = ("adjust", "floats", "ints", "release")
+    __slots__ = ("adjust", "release", "usage")
 
     def __init__(self) -> None:
-        self.ints: dict[tuple[str, str], int] = {}
-        """(ledger key, field) -> amount."""
-        self.floats: dict[tuple[str, str], float] = {}
+        self.usage: dict[tuple[str, str, str], list[Any]] = {}
+        """(month, key id, pool) -> [requests, input tokens, output tokens, cost in USD]."""
         self.adjust: dict[tuple[str, int], int] = {}
         """(window key, bucket second) -> change."""
         self.release: dict[str, list[str]] = {}
         """Lease set -> members to remove."""
 
     def empty(self) -> bool:
-        return not (self.ints or self.floats or self.adjust or self.release)
+        return not (self.usage or self.adjust or self.release)
+
+    def add_usage(
+        self, month: str, key_id: str, pool: str, input_tokens: int, output_tokens: int, cost: float
+    ) -> None:
+        totals = self.usage.get((month, key_id, pool))
+        if totals is None:
+            self.usage[(month, key_id, pool)] = [1, input_tokens, output_tokens, cost]
+        else:
+            totals[0] += 1
+            totals[1] += input_tokens
+            totals[2] += output_tokens
+            totals[3] += cost
 
     def add_adjust(self, key: str, bucket: int, delta: int) -> None:
         self.adjust[(key, bucket)] = self.adjust.get((key, bucket), 0) + delta
@@ -95,39 +124,57 @@ class _Pending:
 
     def merge(self, other: _Pending) -> None:
         """Take back a flush that failed (``other`` is older than what piled up since)."""
-        for field, amount in other.ints.items():
-            self.ints[field] = self.ints.get(field, 0) + amount
-        for field, value in other.floats.items():
-            self.floats[field] = self.floats.get(field, 0.0) + value
+        for (month, key_id, pool), (requests, input_tokens, output_tokens, cost) in other.usage.items():
+            totals = self.usage.setdefault((month, key_id, pool), [0, 0, 0, 0.0])
+            totals[0] += requests
+            totals[1] += input_tokens
+            totals[2] += output_tokens
+            totals[3] += cost
         for (key, bucket), delta in other.adjust.items():
             self.add_adjust(key, bucket, delta)
         for key, members in other.release.items():
             self.add_release(key, members)
 
-    def spec(self, ledger_ttl_s: int) -> tuple[list[str], bytes]:
+    def spec(self, tenant: str, keys: KeySpace, ledger_ttl_s: int) -> tuple[list[str], bytes]:
         """The KEYS and the ARGV of one ``flush.lua`` call."""
-        keys: list[str] = []
+        names: list[str] = []
         numbers: dict[str, int] = {}
 
         def number(key: str) -> int:
             n = numbers.get(key)
             if n is None:
-                keys.append(key)
-                n = numbers[key] = len(keys)
+                names.append(key)
+                n = numbers[key] = len(names)
             return n
 
-        ledgers: dict[str, tuple[dict[str, int], dict[str, str]]] = {}
-        for (ledger, field), amount in self.ints.items():
-            ledgers.setdefault(ledger, ({}, {}))[0][field] = amount
-        for (ledger, field), value in self.floats.items():
-            ledgers.setdefault(ledger, ({}, {}))[1][field] = repr(value)  # HINCRBYFLOAT: every digit
+        ledgers: dict[str, tuple[dict[str, int], dict[str, float]]] = {}
+        for (month, key_id, pool), (requests, input_tokens, output_tokens, cost) in self.usage.items():
+            ints, floats = ledgers.setdefault(keys.usage(tenant, month), ({}, {}))
+            scopes = ["tenant"]
+            if key_id:
+                scopes.append(f"key:{key_id}")
+            if pool:
+                scopes.append(f"pool:{pool}")
+            for scope in scopes:
+                for metric, amount in (
+                    ("requests", requests),
+                    ("input_tokens", input_tokens),
+                    ("output_tokens", output_tokens),
+                ):
+                    field = usage_field(scope, metric)
+                    ints[field] = ints.get(field, 0) + amount
+                field = usage_field(scope, "cost_usd")
+                floats[field] = floats.get(field, 0.0) + cost
         spec: dict[str, Any] = {
             "ledger_ttl": ledger_ttl_s,
-            "ledgers": [[number(ledger), ints, floats] for ledger, (ints, floats) in ledgers.items()],
+            "ledgers": [
+                [number(ledger), ints, {field: repr(value) for field, value in floats.items()}]
+                for ledger, (ints, floats) in ledgers.items()
+            ],  # costs as strings: HINCRBYFLOAT gets every digit
             "adjust": [[number(key), bucket, delta] for (key, bucket), delta in self.adjust.items() if delta],
             "release": [[number(key), *members] for key, members in self.release.items() if members],
         }
-        return keys, _json(spec)
+        return names, _json(spec)
 
 
 class CreditStore:
@@ -151,8 +198,8 @@ class CreditStore:
         clock: Callable[[], float] = time.time,
         flush_interval_s: float = 0.05,
         slot_idle_s: float = 0.25,
-        want_requests: int = 64,
-        want_token_requests: int = 64,
+        want_requests: int = 128,
+        want_token_requests: int = 128,
         want_slots: int = 8,
     ) -> None:
         self.redis = redis
@@ -168,14 +215,15 @@ class CreditStore:
         self._slot_tenants: dict[str, str] = {}
         self._held: dict[str, list[tuple[str, str, float, bool]]] = {}
         """Request id -> its leases (lease set, member, expiry, may become a spare)."""
-        self._snapshots: dict[tuple[str, str, tuple[LimitRule, ...]], list[Any]] = {}
-        """(tenant, month, rules) -> [Redis's last decision, requests and tokens admitted since]."""
+        self._plans: dict[tuple[str, str, tuple[LimitRule, ...]], _Plan] = {}
+        """(tenant, month, rules) -> its keys, checks and last answer from Redis."""
         self._rooms: dict[tuple[str, str], dict[tuple[BudgetRule, ...], list[float]]] = {}
         """(tenant, month) -> budgets -> [second Redis answered in, budget room left]."""
         self._pending: dict[str, _Pending] = {}
-        self._asking: set[tuple[str, str, tuple[LimitRule, ...]]] = set()
-        """Rule sets with a credit request on its way to Redis."""
-        self._settled: OrderedDict[str, None] = OrderedDict()
+        self._asking: dict[tuple[str, str, tuple[LimitRule, ...]], asyncio.Future[None]] = {}
+        """Rule sets with a credit request on its way to Redis -> done when it is answered."""
+        self._settled: dict[str, None] = {}
+        """Recently settled request ids (a repeat settle is a no-op)."""
         self._ticker: asyncio.Task[None] | None = None
         self._flush_failed = False
         self._closed = False
@@ -183,29 +231,34 @@ class CreditStore:
     # ---- admit -----------------------------------------------------------------------------
 
     async def admit(self, admission: Admission) -> Decision:
-        key_names, checks = self.redis.admit_layout(admission.tenant, admission.month, admission.rules)
-        decision = self._admit_locally(admission, key_names, checks)
-        if decision is not None:
-            return decision
-        return await self._admit_in_redis(admission, key_names, checks)
+        plan = self._plans.get((admission.tenant, admission.month, admission.rules))
+        if plan is None:
+            plan = self._plan(admission)
+        if plan.snapshot is not None:
+            decision = self._admit_locally(admission, plan)
+            if decision is not None:
+                return decision
+        return await self._admit_in_redis(admission, plan)
 
-    def _admit_locally(
-        self, admission: Admission, key_names: list[str], checks: list[tuple[int, int, int, int]]
-    ) -> Decision | None:
+    def _plan(self, admission: Admission) -> _Plan:
+        key_names, checks = self.redis.admit_layout(admission.tenant, admission.month, admission.rules)
+        plan = _Plan(key_names, checks)
+        if len(self._plans) >= 4096:  # tenants x months x rule sets
+            self._plans.clear()
+        self._plans[(admission.tenant, admission.month, admission.rules)] = plan
+        return plan
+
+    def _admit_locally(self, admission: Admission, plan: _Plan) -> Decision | None:
         now = admission.now_s
         cur = math.floor(now)
         if admission.budgets:
             room = self._rooms.get((admission.tenant, admission.month), {}).get(admission.budgets)
             if room is None or room[0] != cur or room[1] <= 0:
                 return None
-        snapshot = self._snapshots.get((admission.tenant, admission.month, admission.rules))
-        if snapshot is None:
-            return None
         reserve = admission.reserve_tokens
         windows, slots = self._windows, self._slots
         reuse_by = now + admission.lease_ttl_s - REUSE_MARGIN_S
-        for kind, _, key_no, _ in checks:
-            key = key_names[key_no - 1]
+        for kind, key in plan.local:
             if kind == 3:
                 spare = slots.get(key)
                 if not spare or spare[-1][1] < reuse_by:
@@ -217,8 +270,7 @@ class CreditStore:
                     if credit is None or credit[1] != cur or credit[2] < need:
                         return None
         held = []
-        for kind, _, key_no, _ in checks:
-            key = key_names[key_no - 1]
+        for kind, key in plan.local:
             if kind == 3:
                 member, expiry, _ = slots[key].pop()
                 held.append((key, member, expiry, True))
@@ -228,6 +280,8 @@ class CreditStore:
                 windows[key][2] -= reserve
         if held:
             self._held[admission.request_id] = held
+        snapshot = plan.snapshot
+        assert snapshot is not None
         snapshot[1] += 1
         snapshot[2] += reserve
         last: Decision = snapshot[0]
@@ -246,10 +300,15 @@ class CreditStore:
             reset_tokens_s=None if last.limit_tokens is None else fresh,
         )
 
-    async def _admit_in_redis(
-        self, admission: Admission, key_names: list[str], checks: list[tuple[int, int, int, int]]
-    ) -> Decision:
+    async def _admit_in_redis(self, admission: Admission, plan: _Plan) -> Decision:
         tenant = admission.tenant
+        asked = self._asking.get((tenant, admission.month, admission.rules))
+        if asked is not None:
+            # credit for this rule set is on its way: wait for it rather than ask Redis alongside
+            await asyncio.shield(asked)
+            if plan.snapshot is not None and (decision := self._admit_locally(admission, plan)):
+                return decision
+        key_names, checks = plan.key_names, plan.checks
         # hand back what this replica holds on these keys first: its credit must not deny its own request
         for kind, _, key_no, _ in checks:
             key = key_names[key_no - 1]
@@ -261,24 +320,28 @@ class CreditStore:
                 credit = self._windows.pop(key, None)
                 if credit is not None and credit[2] > 0:
                     self._pending_of(tenant).add_adjust(key, credit[1], -credit[2])
-        pending = self._pending.get(tenant)
-        if pending is not None and not pending.empty():
-            await self._flush_tenant(tenant)
+        # the tenant's pending settles go first, in the same write: Redis sees the spend and room
+        # they hold before it judges this request
+        flushed = self._flush_soon(tenant)
         # one credit request at a time per rule set: sixteen admits missing credit at once must not
         # each take a sixteenth of the room
         asking = (tenant, admission.month, admission.rules)
         want = None
+        answered: asyncio.Future[None] | None = None
         if asking not in self._asking:
             want = (self._want[0], self._want[1] * admission.reserve_tokens, self._want[2])
-            self._asking.add(asking)
+            answered = self._asking[asking] = asyncio.get_running_loop().create_future()
         try:
             decision, room, grants = await self.redis.admit_with_credit(admission, want)
         except StoreUnavailable:
             self._hand_back(self._clock(), everything=True)  # no credit spent while Redis is away
             raise
         finally:
-            if want is not None:
-                self._asking.discard(asking)
+            if answered is not None:
+                del self._asking[asking]
+                answered.set_result(None)
+            if flushed is not None:
+                await flushed
         if not decision.allowed:
             return decision
         now, request_id = admission.now_s, admission.request_id
@@ -303,9 +366,7 @@ class CreditStore:
                     self._windows[key] = [tenant, cur, granted]
         if held:
             self._held[request_id] = held
-        self._snapshots[(tenant, admission.month, admission.rules)] = [decision, 0, 0]
-        if len(self._snapshots) > 4096:
-            self._snapshots.clear()
+        plan.snapshot = [decision, 0, 0]
         if room is not None:
             self._rooms.setdefault((tenant, admission.month), {})[admission.budgets] = [cur, room]
         self._start_ticker()
@@ -315,44 +376,35 @@ class CreditStore:
 
     async def settle(self, settlement: Settlement) -> None:
         request_id = settlement.request_id
-        if request_id in self._settled:
+        settled = self._settled
+        if request_id in settled:
             return
-        self._settled[request_id] = None
-        if len(self._settled) > _MAX_SETTLED_IDS:
-            self._settled.popitem(last=False)
+        settled[request_id] = None
+        if len(settled) > 2 * _MAX_SETTLED_IDS:  # keep the newest, trimmed in bulk (cheaper per settle)
+            self._settled = dict.fromkeys(list(settled)[-_MAX_SETTLED_IDS:])
         tenant = settlement.tenant
         pending = self._pending_of(tenant)
-        keys = self.redis.keys
-        ledger = keys.usage(tenant, settlement.month)
-        ints, floats = pending.ints, pending.floats
-        scopes = ["tenant"]
-        if settlement.key_id:
-            scopes.append(f"key:{settlement.key_id}")
-        if settlement.pool:
-            scopes.append(f"pool:{settlement.pool}")
-        for scope in scopes:
-            for field, amount in (
-                ("requests", 1),
-                ("input_tokens", settlement.input_tokens),
-                ("output_tokens", settlement.output_tokens),
-            ):
-                name = (ledger, f"{scope}|{field}")
-                ints[name] = ints.get(name, 0) + amount
-            name = (ledger, f"{scope}|cost_usd")
-            floats[name] = floats.get(name, 0.0) + float(settlement.cost_usd)
+        cost = float(settlement.cost_usd)
+        pending.add_usage(
+            settlement.month,
+            settlement.key_id,
+            settlement.pool,
+            settlement.input_tokens,
+            settlement.output_tokens,
+            cost,
+        )
         rooms = self._rooms.get((tenant, settlement.month))
-        if rooms and settlement.cost_usd:
+        if rooms and cost:
             for room in rooms.values():
-                room[1] -= settlement.cost_usd
+                room[1] -= cost
 
         now = settlement.now_s if settlement.now_s is not None else self._clock()
         delta = settlement.input_tokens + settlement.output_tokens - settlement.reserved_tokens
         bucket = math.floor(settlement.reserved_at_s)
         if delta and bucket >= math.floor(now) - WINDOW_S:
-            for rule in settlement.rules:
-                if rule.tokens_per_minute is None:
-                    continue
-                key = keys.tokens(tenant, rule.scope)
+            plan = self._plans.get((tenant, settlement.month, settlement.rules))
+            token_keys = plan.token_keys if plan is not None else self._token_keys(tenant, settlement.rules)
+            for key in token_keys:
                 credit = self._windows.get(key)
                 if delta < 0 and credit is not None and credit[1] == bucket:
                     credit[2] -= delta  # reserved in this very second: straight back into credit
@@ -367,6 +419,10 @@ class CreditStore:
                 pending.add_release(key, [member])
         self._start_ticker()
 
+    def _token_keys(self, tenant: str, rules: tuple[LimitRule, ...]) -> list[str]:
+        keys = self.redis.keys
+        return [keys.tokens(tenant, rule.scope) for rule in rules if rule.tokens_per_minute is not None]
+
     # ---- flushing --------------------------------------------------------------------------
 
     def _pending_of(self, tenant: str) -> _Pending:
@@ -376,18 +432,29 @@ class CreditStore:
         return pending
 
     async def _flush_tenant(self, tenant: str) -> None:
+        sent = self._flush_soon(tenant)
+        if sent is not None:
+            await sent
+
+    def _flush_soon(self, tenant: str) -> Coroutine[Any, Any, None] | None:
+        """Queue the tenant's pending flush now (ahead of any Redis call after it); await the result."""
         pending = self._pending.pop(tenant, None)
         if pending is None or pending.empty():
-            return
-        keys, spec = pending.spec(self.redis.ledger_ttl_s)
-        try:
-            await self.redis.flush(keys, spec)
-        except BaseException as exc:
-            # keep it for the next flush (what piled up meanwhile is newer; sums do not care)
-            self._pending_of(tenant).merge(pending)
-            if isinstance(exc, StoreUnavailable):
-                self._hand_back(self._clock(), everything=True)  # no credit spent while Redis is away
-            raise
+            return None
+        keys, spec = pending.spec(tenant, self.redis.keys, self.redis.ledger_ttl_s)
+        sent = self.redis.flush_soon(keys, spec)
+
+        async def outcome() -> None:
+            try:
+                await sent
+            except BaseException as exc:
+                # keep it for the next flush (what piled up meanwhile is newer; sums do not care)
+                self._pending_of(tenant).merge(pending)
+                if isinstance(exc, StoreUnavailable):
+                    self._hand_back(self._clock(), everything=True)  # no credit while Redis is away
+                raise
+
+        return outcome()
 
     def _hand_back(self, now: float, *, everything: bool = False) -> None:
         """Window credit of seconds gone by and spare slots unused for a while go to pending."""

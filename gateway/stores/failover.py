@@ -74,6 +74,12 @@ class FailoverStore:
 
     async def admit(self, admission: Admission) -> Decision:
         try:
+            if self._open_until is None:  # the common case, without a closure and a coroutine more
+                try:
+                    return await self.primary.admit(admission)
+                except StoreUnavailable:
+                    self._trip()
+                    raise
             return await self._on_primary(lambda: self.primary.admit(admission))
         except StoreUnavailable:
             if self.mode == "fail_closed":
@@ -91,6 +97,13 @@ class FailoverStore:
             await self._use_fallback("settle", lambda: self.fallback.settle(settlement))
             return
         try:
+            if self._open_until is None:
+                try:
+                    await self.primary.settle(settlement)
+                    return
+                except StoreUnavailable:
+                    self._trip()
+                    raise
             await self._on_primary(lambda: self.primary.settle(settlement))
             return
         except StoreUnavailable:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -183,6 +183,13 @@ class RedisStore:
         tenant), within ``timeout_s``."""
         await self._eval(self._flush, keys, spec)
 
+    def flush_soon(self, keys: Sequence[str], spec: bytes) -> Awaitable[Any]:
+        """``flush``, queued now: Redis runs it before any call made after this one (no await needed
+        in between, so a flush and the admit behind it share one write)."""
+        if self._fast is not None:
+            return self._enqueue(self._flush, keys, spec)
+        return asyncio.ensure_future(self._eval(self._flush, keys, spec))
+
     async def settle(self, settlement: Settlement) -> None:
         tenant = settlement.tenant
         rule_keys, token_keys, lease_keys = self._settle_layout(tenant, settlement.month, settlement.rules)
@@ -302,21 +309,25 @@ class RedisStore:
         CPU) and always resolves every caller's future: a reply, or StoreUnavailable.
         """
         if self._fast is not None:
-            loop = asyncio.get_running_loop()
-            future: asyncio.Future[list[Any]] = loop.create_future()
-            group = (script.sha, tuple(keys))
-            batch = self._batches.get(group)
-            if batch is None:
-                batch = self._batches[group] = []
-                loop.call_soon(self._send_batch, script, group)
-            batch.append((spec, future))
-            return await future  # the batch bounds the wait by timeout_s and always settles the future
+            return await self._enqueue(script, keys, spec)  # the batch bounds the wait by timeout_s
         try:
             async with asyncio.timeout(self.timeout_s):
                 reply = await self._client.evalsha(script.sha, script.source, keys, spec)  # loads on NOSCRIPT
         except (RespError, OSError, TimeoutError) as exc:
             raise StoreUnavailable(f"rate-limit store unavailable: {exc!r}") from exc
         return list(reply[0]) if isinstance(reply[0], list) else [reply[0]]
+
+    def _enqueue(self, script: _Script, keys: Sequence[str], spec: bytes) -> asyncio.Future[list[Any]]:
+        """Queue one call into this loop turn's batch for its keys; the batch always settles the future."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        group = (script.sha, tuple(keys))
+        batch = self._batches.get(group)
+        if batch is None:
+            batch = self._batches[group] = []
+            loop.call_soon(self._send_batch, script, group)
+        batch.append((spec, future))
+        return future
 
     def _send_batch(self, script: _Script, group: tuple[str, tuple[str, ...]]) -> None:
         batch = self._batches.pop(group)

@@ -48,12 +48,15 @@ class CountingRedisStore(RedisStore):
         self.admits += 1
         return await super().admit_with_credit(*args, **kwargs)
 
-    async def flush(self, *args: Any, **kwargs: Any) -> None:
+    def flush_soon(self, *args: Any, **kwargs: Any) -> Any:
         self.flushes += 1
         if self.fail_flushes:
             self.fail_flushes -= 1
-            raise StoreUnavailable("injected")
-        await super().flush(*args, **kwargs)
+            return self._fail()
+        return super().flush_soon(*args, **kwargs)
+
+    async def _fail(self) -> None:
+        raise StoreUnavailable("injected")
 
 
 @pytest.fixture
@@ -247,3 +250,13 @@ async def test_close_hands_everything_back(redis_flushed: str, raw: Any) -> None
     await store.close()
     assert await window_total(raw, "rpm", "key:k1") == 1
     assert await raw.zcard("sy:{t:acme}:conc:key:k1") == 0
+
+
+async def test_admits_missing_credit_together_wait_for_one_request_of_it(
+    make: Callable[..., CreditStore],
+) -> None:
+    store = make(Clock())
+    rule = LimitRule(scope="key:k1", requests_per_minute=100_000)
+    decisions = await asyncio.gather(*(store.admit(admission(rule, now_s=T0 + 0.5)) for _ in range(100)))
+    assert all(d.allowed for d in decisions)
+    assert counting(store).admits == 1  # the others waited for its credit

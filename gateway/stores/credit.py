@@ -368,6 +368,8 @@ class CreditStore:
             self._held[request_id] = held
         plan.snapshot = [decision, 0, 0]
         if room is not None:
+            if len(self._rooms) >= 4096:  # tenants x months
+                self._rooms.clear()
             self._rooms.setdefault((tenant, admission.month), {})[admission.budgets] = [cur, room]
         self._start_ticker()
         return decision
@@ -476,18 +478,17 @@ class CreditStore:
                     self._slots[key] = keep
                 else:
                     del self._slots[key]
+                    self._slot_tenants.pop(key, None)
 
     async def flush(self) -> None:
         """Write every tenant's pending settles now (raises StoreUnavailable when Redis does not answer)."""
         self._hand_back(self._clock())
-        failure: StoreUnavailable | None = None
-        for tenant in list(self._pending):
-            try:
-                await self._flush_tenant(tenant)
-            except StoreUnavailable as exc:
-                failure = exc
-        if failure is not None:
-            raise failure
+        sent = [flushed for tenant in list(self._pending) if (flushed := self._flush_soon(tenant))]
+        # queued in one loop turn: one write to Redis for every tenant
+        outcomes = await asyncio.gather(*sent, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     def _start_ticker(self) -> None:
         if self._ticker is None and not self._closed:

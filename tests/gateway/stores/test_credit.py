@@ -260,3 +260,19 @@ async def test_admits_missing_credit_together_wait_for_one_request_of_it(
     decisions = await asyncio.gather(*(store.admit(admission(rule, now_s=T0 + 0.5)) for _ in range(100)))
     assert all(d.allowed for d in decisions)
     assert counting(store).admits == 1  # the others waited for its credit
+
+
+async def test_one_flush_writes_every_tenant(make: Callable[..., CreditStore]) -> None:
+    store = make(Clock())
+    rule = LimitRule(scope="tenant", requests_per_minute=100_000)
+    for tenant in ("acme", "globex", "initech"):
+        adm = admission(rule, now_s=T0, tenant=tenant)
+        assert (await store.admit(adm)).allowed
+        await store.settle(settlement(adm, input_tokens=3, now_s=T0 + 0.1))
+    await store.flush()
+    report = await store.redis.usage(MONTH)  # straight from Redis: nothing left pending
+    assert {name: usage.total.input_tokens for name, usage in report.tenants.items()} == {
+        "acme": 3,
+        "globex": 3,
+        "initech": 3,
+    }

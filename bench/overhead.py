@@ -34,7 +34,16 @@ from harness.errors import BenchError
 from harness.measure import Plan, measure
 from harness.nginx import CannedUpstream, nginx_version
 from harness.redis import RedisServer
-from harness.report import Goals, check_goals, markdown_table, noise_notes, summarize, to_json
+from harness.report import (
+    GOAL_SETS,
+    Goals,
+    check_goals,
+    check_within,
+    markdown_table,
+    noise_notes,
+    summarize,
+    to_json,
+)
 from harness.targets import (
     POLICY_TEMPLATE,
     GatewayConfig,
@@ -96,9 +105,33 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json-out", type=Path, help="write every figure as JSON to this file")
     parser.add_argument("--check-goals", action="store_true", help="exit 2 when a gateway row misses a goal")
     parser.add_argument(
+        "--goals",
+        action="append",
+        default=[],
+        metavar="LABEL=SET",
+        help=f"targets for one row, a set of {sorted(GOAL_SETS)} (default: spine for every gateway row)",
+    )
+    parser.add_argument(
+        "--within",
+        action="append",
+        default=[],
+        metavar="LABEL=BASE:FRACTION",
+        help="a goal: LABEL's req/s at c=16 is at most FRACTION below BASE's (limits=spine:0.2)",
+    )
+    parser.add_argument(
         "--keep-dir", action="store_true", help="keep the temp dir (configs, logs) afterwards"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for spec in args.goals:
+        if spec.partition("=")[2] not in GOAL_SETS:
+            parser.error(f"--goals {spec!r}: the set must be one of {sorted(GOAL_SETS)}")
+    for spec in args.within:
+        fraction = spec.partition("=")[2].partition(":")[2]
+        try:
+            float(fraction)
+        except ValueError:
+            parser.error(f"--within {spec!r}: expected LABEL=BASE:FRACTION, e.g. limits=spine:0.2")
+    return args
 
 
 def _gateway_configs(args: argparse.Namespace) -> list[GatewayConfig]:
@@ -195,7 +228,13 @@ def run(args: argparse.Namespace) -> int:
         rows = summarize(targets, points, rss_mib)
 
     table = markdown_table(rows, concurrencies, args.stream_concurrency)
-    goal_lines = check_goals(rows, Goals(), args.stream_concurrency)
+    per_label = {label: GOAL_SETS[name] for label, name in (_pair(spec, "=") for spec in args.goals)}
+    within = []
+    for spec in args.within:
+        label, rest = _pair(spec, "=")
+        base, fraction = _pair(rest, ":")
+        within.append((label, base, float(fraction)))
+    goal_lines = check_goals(rows, Goals(), args.stream_concurrency, per_label) + check_within(rows, within)
     notes = noise_notes(rows)
     print(table)
     if goal_lines:
@@ -224,6 +263,13 @@ def run(args: argparse.Namespace) -> int:
         args.json_out.write_text(json.dumps(to_json(meta, rows, points), indent=2) + "\n")
     missed = any("MISS" in line for line in goal_lines)
     return 2 if args.check_goals and missed else 0
+
+
+def _pair(spec: str, sep: str) -> tuple[str, str]:
+    head, found, tail = spec.partition(sep)
+    if not found or not head or not tail:
+        raise BenchError(f"expected A{sep}B, got {spec!r}")
+    return head, tail
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

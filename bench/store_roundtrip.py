@@ -4,7 +4,8 @@
 
 Runs against REDIS_URL when set, else starts a redis-server/valkey-server on a loopback port
 (tests/support/redis_server.py). One "op" is one request's admit plus its settle (two round trips
-to Redis), with a realistic rule set: key, tenant and pool limits (requests, tokens, concurrency)
+to Redis for RedisStore; mostly none for CreditStore, which admits from credit and settles in
+batches), with a realistic rule set: key, tenant and pool limits (requests, tokens, concurrency)
 and two budgets.
 """
 
@@ -20,7 +21,16 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from gateway.stores import Admission, BudgetRule, LimitRule, MemoryStore, RedisStore, Settlement, Store
+from gateway.stores import (
+    Admission,
+    BudgetRule,
+    CreditStore,
+    LimitRule,
+    MemoryStore,
+    RedisStore,
+    Settlement,
+    Store,
+)
 from gateway.tokens import TokenCounter
 
 RULES = (
@@ -133,9 +143,13 @@ async def main() -> None:
         "   (op = admit + settle; CPU = this client's)"
     )
     with redis_url() as url:
-        for name in ("memory", "redis"):
+        for name in ("memory", "redis", "credit"):
             for concurrency in args.concurrency:
-                store: Store = MemoryStore() if name == "memory" else RedisStore(url, timeout_s=1.0)
+                store: Store = MemoryStore()
+                if name != "memory":
+                    store = RedisStore(url, timeout_s=1.0)
+                    if name == "credit":
+                        store = CreditStore(store)
                 await run(store, min(500, args.requests), concurrency)  # warm up (and load the scripts)
                 p50, p99, ops, cpu_us = await run(store, args.requests, concurrency)
                 await store.close()

@@ -23,6 +23,13 @@ class Goals:
     """p50 through the target minus p50 direct to nginx, one connection."""
 
 
+GOAL_SETS = {
+    "spine": Goals(),
+    "full-policy": Goals(min_requests_per_s_c16=2000.0, min_streams_per_s=1500.0, max_added_p50_ms_c1=0.7),
+}
+"""Targets by name: the spine's (issue 2) and the full default policy's (issue 8)."""
+
+
 @dataclass(frozen=True)
 class Row:
     """One target's figures: medians over the rounds, keyed by concurrency where they depend on it."""
@@ -125,37 +132,62 @@ def markdown_table(rows: Sequence[Row], conns: Sequence[int], stream_conns: int)
     return "\n".join(lines)
 
 
-def check_goals(rows: Sequence[Row], goals: Goals, stream_conns: int) -> list[str]:
-    """One line per gateway row and goal: ``ok`` or ``MISS`` with the figure."""
+def check_goals(
+    rows: Sequence[Row], goals: Goals, stream_conns: int, per_label: Mapping[str, Goals] | None = None
+) -> list[str]:
+    """One line per gateway row and goal: ``ok`` or ``MISS`` with the figure (``per_label`` overrides
+    ``goals`` for the rows it names)."""
     lines = []
     for row in rows:
         if row.kind != "gateway":
             continue
-        checks = []
-        if 16 in row.requests_per_s:
-            rps = row.requests_per_s[16]
-            checks.append(
-                (
-                    rps >= goals.min_requests_per_s_c16,
-                    f"req/s c=16 {rps:,.0f} >= {goals.min_requests_per_s_c16:,.0f}",
-                )
-            )
-        if stream_conns == 16:
-            checks.append(
-                (
-                    row.streams_per_s >= goals.min_streams_per_s,
-                    f"streams/s c=16 {row.streams_per_s:,.0f} >= {goals.min_streams_per_s:,.0f}",
-                )
-            )
-        if row.added_p50_ms_c1 is not None:
-            checks.append(
-                (
-                    row.added_p50_ms_c1 <= goals.max_added_p50_ms_c1,
-                    f"added p50 c=1 {row.added_p50_ms_c1:.3f} ms <= {goals.max_added_p50_ms_c1} ms",
-                )
-            )
-        lines += [f"{row.label}: {'ok  ' if passed else 'MISS'} {text}" for passed, text in checks]
+        goals_of_row = (per_label or {}).get(row.label, goals)
+        lines += _check_row(row, goals_of_row, stream_conns)
     return lines
+
+
+def check_within(rows: Sequence[Row], within: Sequence[tuple[str, str, float]]) -> list[str]:
+    """``(label, base, fraction)``: the row's req/s at c=16 is at most ``fraction`` below the base's."""
+    by_label = {row.label: row for row in rows}
+    lines = []
+    for label, base, fraction in within:
+        row, ref = by_label.get(label), by_label.get(base)
+        if row is None or ref is None or 16 not in row.requests_per_s or 16 not in ref.requests_per_s:
+            lines.append(f"{label}: MISS no c=16 figures to compare with {base}")
+            continue
+        ratio = row.requests_per_s[16] / ref.requests_per_s[16]
+        lines.append(
+            f"{label}: {'ok  ' if ratio >= 1 - fraction else 'MISS'} req/s c=16 {ratio:.1%} of {base}'s "
+            f"({row.requests_per_s[16]:,.0f} / {ref.requests_per_s[16]:,.0f}) >= {1 - fraction:.0%}"
+        )
+    return lines
+
+
+def _check_row(row: Row, goals: Goals, stream_conns: int) -> list[str]:
+    checks = []
+    if 16 in row.requests_per_s:
+        rps = row.requests_per_s[16]
+        checks.append(
+            (
+                rps >= goals.min_requests_per_s_c16,
+                f"req/s c=16 {rps:,.0f} >= {goals.min_requests_per_s_c16:,.0f}",
+            )
+        )
+    if stream_conns == 16:
+        checks.append(
+            (
+                row.streams_per_s >= goals.min_streams_per_s,
+                f"streams/s c=16 {row.streams_per_s:,.0f} >= {goals.min_streams_per_s:,.0f}",
+            )
+        )
+    if row.added_p50_ms_c1 is not None:
+        checks.append(
+            (
+                row.added_p50_ms_c1 <= goals.max_added_p50_ms_c1,
+                f"added p50 c=1 {row.added_p50_ms_c1:.3f} ms <= {goals.max_added_p50_ms_c1} ms",
+            )
+        )
+    return [f"{row.label}: {'ok  ' if passed else 'MISS'} {text}" for passed, text in checks]
 
 
 def noise_notes(rows: Sequence[Row], *, min_utilization: float = 0.85) -> list[str]:

@@ -406,6 +406,8 @@ class CreditStore:
                 if not self._flush_failed:
                     logger.warning("could not write settled usage: %s; keeping it until Redis answers", exc)
                 self._flush_failed = True
+            except Exception:  # a bug must not stop every later flush
+                logger.exception("flushing settled usage failed")
             else:
                 if self._flush_failed:
                     logger.warning("settled usage written again")

@@ -276,3 +276,16 @@ async def test_one_flush_writes_every_tenant(make: Callable[..., CreditStore]) -
         "globex": 3,
         "initech": 3,
     }
+
+
+async def test_credit_is_dropped_when_redis_fails(make: Callable[..., CreditStore]) -> None:
+    store = make(Clock())
+    rule = LimitRule(scope="key:k1", requests_per_minute=100_000)
+    adm = admission(rule, now_s=T0)
+    assert (await store.admit(adm)).allowed
+    await store.settle(settlement(adm, now_s=T0 + 0.1))
+    counting(store).fail_flushes = 1
+    with pytest.raises(StoreUnavailable):
+        await store.flush()
+    assert (await store.admit(admission(rule, now_s=T0 + 0.2))).allowed
+    assert counting(store).admits == 2  # no credit left after the failure: this one asked Redis

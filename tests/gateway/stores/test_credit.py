@@ -289,3 +289,23 @@ async def test_credit_is_dropped_when_redis_fails(make: Callable[..., CreditStor
         await store.flush()
     assert (await store.admit(admission(rule, now_s=T0 + 0.2))).allowed
     assert counting(store).admits == 2  # no credit left after the failure: this one asked Redis
+
+
+async def test_replicas_never_hold_more_leases_than_the_limit(
+    make: Callable[..., CreditStore], raw: Any
+) -> None:
+    clock = Clock()
+    replicas = [make(clock) for _ in range(3)]
+    rule = LimitRule(scope="pool:gpu", max_concurrent=100)
+    admissions = [admission(rule, now_s=T0 + 0.1, lease_ttl_s=120) for _ in range(150)]
+    decisions = await asyncio.gather(*(replicas[i % 3].admit(a) for i, a in enumerate(admissions)))
+    admitted = [a for a, d in zip(admissions, decisions, strict=True) if d.allowed]
+    assert 100 - 3 * 100 // 16 <= len(admitted) <= 100  # only spare slots elsewhere can deny
+    assert await raw.zcard("sy:{t:acme}:conc:pool:gpu") <= 100
+    for i, adm in enumerate(admissions):
+        if adm in admitted:
+            await replicas[i % 3].settle(settlement(adm, now_s=T0 + 0.2))
+    clock.now = T0 + 1.0  # spare slots unused for longer than slot_idle_s go back
+    for replica in replicas:
+        await replica.flush()
+    assert await raw.zcard("sy:{t:acme}:conc:pool:gpu") == 0

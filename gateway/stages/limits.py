@@ -1,4 +1,4 @@
-"""Stage: rate limits, concurrency and budgets, checked in one store round trip.
+"""Stage: rate limits, concurrency and budgets, checked in one store round trip; usage to the ledger.
 
 For the call's key, its tenant, and the tenant's limits on the resolved pool, the store admits or
 denies everything at once (requests per minute, tokens per minute, concurrent requests, monthly
@@ -111,8 +111,6 @@ class EnforceLimits:
 
     async def __call__(self, call: Call) -> None:
         rules, budgets = self._rules(call)
-        if not rules and not budgets:
-            return
         reserve = 0
         if rules in self._token_rules:
             reserve = prompt_tokens(call) + max_output_tokens(call)
@@ -128,6 +126,9 @@ class EnforceLimits:
             lease_ttl_s=call.policy.timeouts.total_s + 60.0,
             month=month,
         )
+        if not rules and not budgets:  # nothing to check; the ledger still counts the usage
+            call.on_finish(self._settler(admission))
+            return
         try:
             decision = await self.store.admit(admission)
         except StoreUnavailable as e:

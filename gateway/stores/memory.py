@@ -61,6 +61,10 @@ def _reset_s(live: list[tuple[int, int]], now_s: float) -> float:
     return live[-1][0] + WINDOW_S + 1 - now_s if live else 0.0
 
 
+_MAX_SETTLED_IDS = 65536
+"""Settled request ids remembered at most (a repeat settle comes right after the first)."""
+
+
 class MemoryStore:
     """The Store protocol in one process's memory."""
 
@@ -191,6 +195,8 @@ class MemoryStore:
         now_s = settlement.now_s if settlement.now_s is not None else settlement.reserved_at_s
         self._settled[marker] = now_s + self._settled_ttl_s
         self._settled.move_to_end(marker)
+        if len(self._settled) > _MAX_SETTLED_IDS:  # at thousands of requests a second, an hour is millions
+            self._settled.popitem(last=False)
 
         bucket = math.floor(settlement.reserved_at_s)
         in_window = settlement.now_s is None or bucket >= math.floor(settlement.now_s) - WINDOW_S

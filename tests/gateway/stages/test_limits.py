@@ -172,3 +172,20 @@ def test_month_of_is_the_utc_calendar_month(when: tuple[int, ...]) -> None:
     ts = calendar.timegm((*when, 0, 0, 0))
     for offset in (0.0, 0.999):
         assert month_of(ts + offset) == time.strftime("%Y-%m", time.gmtime(ts + offset))
+
+
+def test_usage_of_a_key_without_limits_is_in_the_ledger(
+    tmp_path: Path, upstream: FakeUpstream, store: Store
+) -> None:
+    gateway = _gateway(tmp_path, upstream, store, {})
+    try:
+        raw = _client(gateway).chat.completions.with_raw_response.create(model="small", messages=MESSAGES)  # type: ignore[arg-type]
+        assert "x-ratelimit-limit-requests" not in raw.headers  # nothing limits it
+        assert _usage(gateway)["tenants"]["acme"]["keys"]["k"] == {
+            "requests": 1,
+            "input_tokens": 11,
+            "output_tokens": 6,
+            "cost_usd": 0.0,
+        }
+    finally:
+        gateway.stop()

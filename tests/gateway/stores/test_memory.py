@@ -27,3 +27,13 @@ async def test_only_the_last_13_months_of_ledger_are_kept() -> None:
     assert (await store.usage("2025-02")).tenants == {}
     assert (await store.usage("2025-03")).tenants["acme"].total.requests == 1
     assert (await store.usage("2026-03")).tenants["acme"].total.requests == 1
+
+
+async def test_settled_ids_are_bounded_in_number() -> None:
+    from gateway.stores import memory
+    from tests.gateway.stores.conftest import T0, admission, settlement
+
+    store = memory.MemoryStore()
+    for _ in range(memory._MAX_SETTLED_IDS + 10):
+        await store.settle(settlement(admission(now_s=T0), now_s=T0))
+    assert len(store._settled) == memory._MAX_SETTLED_IDS

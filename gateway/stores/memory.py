@@ -8,6 +8,7 @@ bounded by the traffic of the last few minutes plus 13 months of ledger.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 
@@ -61,8 +62,20 @@ def _reset_s(live: list[tuple[int, int]], now_s: float) -> float:
     return live[-1][0] + WINDOW_S + 1 - now_s if live else 0.0
 
 
-_MAX_SETTLED_IDS = 65536
+_MAX_SETTLED_IDS = 8192
 """Settled request ids remembered at most (a repeat settle comes right after the first)."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _ledger_fields(key_id: str, pool: str) -> tuple[tuple[str, ...], ...]:
+    """The ledger fields a settle adds to: requests, input and output tokens, cost, per scope."""
+    scopes = ["tenant"]
+    if key_id:
+        scopes.append(f"key:{key_id}")
+    if pool:
+        scopes.append(f"pool:{pool}")
+    metrics = ("requests", "input_tokens", "output_tokens", "cost_usd")
+    return tuple(tuple(usage_field(scope, metric) for metric in metrics) for scope in scopes)
 
 
 class MemoryStore:
@@ -209,22 +222,17 @@ class MemoryStore:
             if rule.max_concurrent is not None:
                 self._leases.get(self._keys.leases(tenant, rule.scope), {}).pop(settlement.request_id, None)
 
-        ledger = self._ledger.setdefault(settlement.month, {}).setdefault(tenant, {})
-        scopes = ["tenant"]
-        if settlement.key_id:
-            scopes.append(f"key:{settlement.key_id}")
-        if settlement.pool:
-            scopes.append(f"pool:{settlement.pool}")
-        for scope in scopes:
-            for metric, amount in (
-                ("requests", 1),
-                ("input_tokens", settlement.input_tokens),
-                ("output_tokens", settlement.output_tokens),
-                ("cost_usd", settlement.cost_usd),
-            ):
-                field = usage_field(scope, metric)
+        by_month = self._ledger.get(settlement.month)
+        if by_month is None:
+            by_month = self._ledger[settlement.month] = {}
+            self._prune_months()
+        ledger = by_month.get(tenant)
+        if ledger is None:
+            ledger = by_month[tenant] = {}
+        amounts = (1, settlement.input_tokens, settlement.output_tokens, settlement.cost_usd)
+        for fields in _ledger_fields(settlement.key_id, settlement.pool):
+            for field, amount in zip(fields, amounts, strict=True):
                 ledger[field] = ledger.get(field, 0) + amount
-        self._prune_months()
 
     async def usage(self, month: str, tenant: str | None = None) -> UsageReport:
         by_tenant = self._ledger.get(month, {})

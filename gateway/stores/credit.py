@@ -51,6 +51,7 @@ from gateway.stores.base import (
     StoreUnavailable,
     UsageReport,
 )
+from gateway.stores.credit_plan import CreditPlan
 from gateway.stores.pending import PendingWrites
 from gateway.stores.redis import RedisStore
 
@@ -61,23 +62,6 @@ MIN_POOLED_LIMIT = 64
 REUSE_MARGIN_S = 10.0
 """A spare slot serves a new request only while it outlives that request's lease by this little at most."""
 _MAX_SETTLED_IDS = 8192
-
-
-class _Plan:
-    """One tenant's rule set in one month: its keys and checks, and Redis's last answer."""
-
-    __slots__ = ("checks", "key_names", "local", "snapshot", "token_keys")
-
-    def __init__(self, key_names: list[str], checks: list[tuple[int, int, int, int]]) -> None:
-        self.key_names = key_names
-        self.checks = checks
-        """(kind, rule number, KEYS number, limit), as admit.lua takes them."""
-        self.local = [(kind, key_names[key_no - 1]) for kind, _, key_no, _ in checks]
-        """(kind, key) of each check."""
-        self.token_keys = [key for kind, key in self.local if kind == 2]
-        """The tokens windows (settles adjust them)."""
-        self.snapshot: list[Any] | None = None
-        """[Redis's last decision, requests admitted from credit since, tokens likewise]."""
 
 
 class CreditStore:
@@ -106,7 +90,6 @@ class CreditStore:
         want_slots: int = 8,
     ) -> None:
         self.redis = redis
-        self.timeout_s = redis.timeout_s
         self._clock = clock
         self._flush_interval_s = flush_interval_s
         self._slot_idle_s = slot_idle_s
@@ -118,7 +101,7 @@ class CreditStore:
         self._slot_tenants: dict[str, str] = {}
         self._held: dict[str, list[tuple[str, str, float, bool]]] = {}
         """Request id -> its leases (lease set, member, expiry, may become a spare)."""
-        self._plans: dict[tuple[str, str, tuple[LimitRule, ...]], _Plan] = {}
+        self._plans: dict[tuple[str, str, tuple[LimitRule, ...]], CreditPlan] = {}
         """(tenant, month, rules) -> its keys, checks and last answer from Redis."""
         self._rooms: dict[tuple[str, str], dict[tuple[BudgetRule, ...], list[float]]] = {}
         """(tenant, month) -> budgets -> [second Redis answered in, budget room left]."""
@@ -143,15 +126,15 @@ class CreditStore:
                 return decision
         return await self._admit_in_redis(admission, plan)
 
-    def _plan(self, admission: Admission) -> _Plan:
+    def _plan(self, admission: Admission) -> CreditPlan:
         key_names, checks = self.redis.admit_layout(admission.tenant, admission.month, admission.rules)
-        plan = _Plan(key_names, checks)
+        plan = CreditPlan(key_names, checks)
         if len(self._plans) >= 4096:  # tenants x months x rule sets
             self._plans.clear()
         self._plans[(admission.tenant, admission.month, admission.rules)] = plan
         return plan
 
-    def _admit_locally(self, admission: Admission, plan: _Plan) -> Decision | None:
+    def _admit_locally(self, admission: Admission, plan: CreditPlan) -> Decision | None:
         now = admission.now_s
         cur = math.floor(now)
         if admission.budgets:
@@ -203,7 +186,7 @@ class CreditStore:
             reset_tokens_s=None if last.limit_tokens is None else fresh,
         )
 
-    async def _admit_in_redis(self, admission: Admission, plan: _Plan) -> Decision:
+    async def _admit_in_redis(self, admission: Admission, plan: CreditPlan) -> Decision:
         tenant = admission.tenant
         asked = self._asking.get((tenant, admission.month, admission.rules))
         if asked is not None:
@@ -335,11 +318,6 @@ class CreditStore:
         if pending is None:
             pending = self._pending[tenant] = PendingWrites()
         return pending
-
-    async def _flush_tenant(self, tenant: str) -> None:
-        sent = self._flush_soon(tenant)
-        if sent is not None:
-            await sent
 
     def _flush_soon(self, tenant: str) -> Coroutine[Any, Any, None] | None:
         """Queue the tenant's pending flush now (ahead of any Redis call after it); await the result."""

@@ -107,11 +107,9 @@ class RedisStore:
     ) -> None:
         self.timeout_s = timeout_s
         self.admin_timeout_s = admin_timeout_s
-        self._keys = KeySpace(prefix)
+        self.keys = KeySpace(prefix)
         self._settled_ttl_s = math.ceil(settled_ttl_s)
-        self._ledger_ttl_s = ledger_ttl_s
         self.ledger_ttl_s = ledger_ttl_s
-        self.keys = self._keys
         self._admit_layouts: dict[tuple[str, str, tuple[LimitRule, ...]], Any] = {}
         self._settle_layouts: dict[tuple[str, str, tuple[LimitRule, ...]], Any] = {}
         self._admit = _Script("admit.lua")
@@ -178,14 +176,10 @@ class RedisStore:
         room = float(_text(reply[11])) if admission.budgets else None
         return decision, room, [int(v) for v in reply[12:]]
 
-    async def flush(self, keys: Sequence[str], spec: bytes) -> None:
-        """One ``lua/flush.lua`` call (ledger increments, window adjustments, lease releases of one
-        tenant), within ``timeout_s``."""
-        await self._eval(self._flush, keys, spec)
-
     def flush_soon(self, keys: Sequence[str], spec: bytes) -> Awaitable[Any]:
-        """``flush``, queued now: Redis runs it before any call made after this one (no await needed
-        in between, so a flush and the admit behind it share one write)."""
+        """One ``lua/flush.lua`` call (ledger increments, window adjustments, lease releases of one
+        tenant), queued now: Redis runs it before any call made after this one, so a flush and the
+        admit behind it share one write. Await the result; it is bounded by ``timeout_s``."""
         if self._fast is not None:
             return self._enqueue(self._flush, keys, spec)
         return asyncio.ensure_future(self._eval(self._flush, keys, spec))
@@ -193,7 +187,7 @@ class RedisStore:
     async def settle(self, settlement: Settlement) -> None:
         tenant = settlement.tenant
         rule_keys, token_keys, lease_keys = self._settle_layout(tenant, settlement.month, settlement.rules)
-        key_names = [self._keys.settled(tenant, settlement.reserved_at_s), *rule_keys]
+        key_names = [self.keys.settled(tenant, settlement.reserved_at_s), *rule_keys]
         scopes = ["tenant"]
         if settlement.key_id:
             scopes.append(f"key:{settlement.key_id}")
@@ -208,7 +202,7 @@ class RedisStore:
             "input": settlement.input_tokens,
             "output": settlement.output_tokens,
             "cost": repr(float(settlement.cost_usd)),  # a string: HINCRBYFLOAT gets every digit
-            "ledger_ttl": self._ledger_ttl_s,
+            "ledger_ttl": self.ledger_ttl_s,
             "scopes": scopes,
             "tokens": token_keys,
             "leases": lease_keys,
@@ -225,7 +219,7 @@ class RedisStore:
         cache_key = (tenant, month, rules)
         layout = self._admit_layouts.get(cache_key)
         if layout is None:
-            keys = self._keys
+            keys = self.keys
             key_names = [keys.usage(tenant, month)]
             checks: list[tuple[int, int, int, int]] = []
             for rule_no, rule in enumerate(rules, start=1):
@@ -249,7 +243,7 @@ class RedisStore:
         cache_key = (tenant, month, rules)
         layout = self._settle_layouts.get(cache_key)
         if layout is None:
-            keys = self._keys
+            keys = self.keys
             key_names = [keys.usage(tenant, month)]
             token_keys, lease_keys = [], []
             for rule in rules:
@@ -267,9 +261,9 @@ class RedisStore:
         try:
             async with asyncio.timeout(self.admin_timeout_s):
                 if tenant is not None:
-                    ledger_keys = [self._keys.usage(tenant, month)]
+                    ledger_keys = [self.keys.usage(tenant, month)]
                 else:
-                    pattern = self._keys.usage_pattern(month)
+                    pattern = self.keys.usage_pattern(month)
                     ledger_keys = [_text(k) async for k in self._client.scan_iter(match=pattern, count=1000)]
                 # in one loop turn: one write, answered as a pipeline
                 hashes = await asyncio.gather(*(self._client.hgetall(key) for key in ledger_keys))
@@ -279,7 +273,7 @@ class RedisStore:
         for key, fields in zip(ledger_keys, hashes, strict=True):
             if fields:
                 decoded = {_text(k): _text(v) for k, v in fields.items()}
-                tenants[self._keys.tenant_of_usage_key(key)] = tenant_usage_from_fields(decoded)
+                tenants[self.keys.tenant_of_usage_key(key)] = tenant_usage_from_fields(decoded)
         return UsageReport(month=month, tenants=dict(sorted(tenants.items())))
 
     async def ping(self) -> bool:

@@ -312,7 +312,10 @@ def create_app(
     async def metrics_endpoint() -> Response[bytes]:
         gateway.balancer.breaker_states()  # lets breakers whose open time passed turn half-open
         gateway.metrics.update_replicas(gateway.balancer.all_replicas())
-        return Response(content=gateway.metrics.render(), media_type=gateway.metrics.content_type)
+        # the content type already names its charset; Litestar would append a second one to a text/ type
+        return Response(
+            content=gateway.metrics.render(), headers={"content-type": gateway.metrics.content_type}
+        )
 
     async def on_startup() -> None:
         reloader.start()

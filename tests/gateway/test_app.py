@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.fake_upstream import FakeUpstream
@@ -280,7 +281,10 @@ def test_health_ready_and_metrics(gateway: GatewayServer, client: openai.OpenAI)
     assert httpx.get(gateway.url + "/healthz").json() == {"status": "ok"}
     ready = httpx.get(gateway.url + "/readyz")
     assert ready.status_code == 200 and ready.json()["checks"]["policy"] is True
-    text = httpx.get(gateway.url + "/metrics").text
+    scraped = httpx.get(gateway.url + "/metrics")
+    assert scraped.headers.get_list("content-type") == [CONTENT_TYPE_LATEST]  # one charset, one header
+    text = scraped.text
+    assert "_created" not in text  # no twin series nobody asked for
     names = {f.name for f in text_string_to_metric_families(text)}
     assert {"switchyard_requests", "switchyard_request_duration_seconds"} <= names
     assert 'switchyard_requests_total{endpoint="chat",pool="small",status="200"}' in text

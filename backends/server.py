@@ -1,7 +1,7 @@
 """The reference engine's OpenAI-compatible server: ``python -m backends.server --model smollm2-135m``.
 
-The port opens at once; the weights load in a worker thread (progress in the log) and ``/ready`` answers
-503 until they are in. See the README.
+The port opens at once; the weights load in a worker thread (progress in the log) and ``/ready`` and
+``/v1/models`` answer 503 until they are in. See the README.
 """
 
 from __future__ import annotations

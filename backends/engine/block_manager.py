@@ -1,7 +1,9 @@
 """The paged KV block pool: allocation, reference counts and the prefix cache.
 
-Every full, computed block is keyed by a hash chained from its parent block's hash and its token ids
-(and the request's cache salt), so two sequences share a block only when everything before it matches.
+Every full, computed block is keyed by a ``BlockHash``: a BLAKE2b digest chained from its parent block's
+digest (and the request's cache salt) plus the block's exact token ids and salt. The lookup dict compares
+whole keys, so two sequences share a block only when its tokens and salt are equal and everything before
+it digests the same; a hash collision alone never serves another prompt's (or tenant's) KV.
 A freed block that holds a hash stays findable in an O(1) LRU until a fresh allocation evicts it.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 
+from backends.engine.block_hash import BlockHash
 from backends.engine.sequence import Sequence
 
 
@@ -21,8 +24,8 @@ class BlockManager:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.ref_counts = [0] * num_blocks
-        self.block_hash: list[int | None] = [None] * num_blocks
-        self.hash_to_block: dict[int, int] = {}
+        self.block_hash: list[BlockHash | None] = [None] * num_blocks
+        self.hash_to_block: dict[BlockHash, int] = {}  # keys compared whole on a hit: tokens and salt too
         self.free_ids: deque[int] = deque(range(num_blocks))
         self.evictable: OrderedDict[int, None] = OrderedDict()  # free blocks holding a hash, LRU first
         self.prefix_cache_queries = 0

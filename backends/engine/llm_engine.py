@@ -74,6 +74,7 @@ class LLMEngine:
         self.max_model_len: int = config.max_model_len or min(
             cfg.max_position_embeddings, MAX_DEFAULT_MODEL_LEN
         )
+        cfg.check_servable(self.max_model_len)  # before the weights: refuse fast, never serve wrong output
         dtype = DTYPES[config.dtype]
         with torch.device(self.device):
             model = LlamaForCausalLM(cfg, max_position=max(self.max_model_len, cfg.max_position_embeddings))

@@ -31,7 +31,10 @@ class ModelConfig:
     """Bias on q, k and v projections (Qwen2)."""
     mlp_bias: bool = False
     sliding_window: int | None = None
-    """Mistral's window; ignored: every token attends to its whole prefix (exact below the window)."""
+    """The attention window of a Mistral-style model's sliding layers (None: every layer attends fully).
+
+    Sliding-window attention is not implemented: the engine refuses a model whose window is shorter than
+    its ``max_model_len`` (a window at least that long never bites, so full attention is exact)."""
     architecture: str = "LlamaForCausalLM"
 
     @classmethod
@@ -60,10 +63,39 @@ class ModelConfig:
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             attention_bias=bool(cfg.get("attention_bias", arch == "Qwen2ForCausalLM")),
             mlp_bias=bool(cfg.get("mlp_bias", False)),
-            sliding_window=cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None,
+            sliding_window=_sliding_window(cfg, arch),
             architecture=arch,
         )
+
+    def check_servable(self, max_model_len: int) -> None:
+        """Raise ModelLoadError if serving ``max_model_len`` tokens needs attention the engine lacks."""
+        window = self.sliding_window
+        if window is not None and window < max_model_len:
+            raise ModelLoadError(
+                f"sliding_window={window} in config.json: sliding-window attention is not supported yet "
+                f"(max_model_len is {max_model_len}); set max_model_len <= {window} to serve this model "
+                "exactly with full attention"
+            )
 
     def kv_bytes_per_token(self, dtype_size: int) -> int:
         """Bytes of K plus V for one token across all layers."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_size
+
+
+def _sliding_window(cfg: dict[str, Any], arch: str) -> int | None:
+    """The window transformers would apply to some layer of this config, or None if it applies none."""
+    window = cfg.get("sliding_window")
+    if window is None:
+        return None
+    if arch == "Qwen2ForCausalLM":
+        # Qwen2 slides only with use_sliding_window (off by default), and only layers >= max_window_layers
+        if not cfg.get("use_sliding_window", False):
+            return None
+        if "layer_types" not in cfg and cfg.get("max_window_layers", 28) >= cfg["num_hidden_layers"]:
+            return None
+    elif cfg.get("use_sliding_window") is False:
+        return None
+    layer_types = cfg.get("layer_types")
+    if layer_types is not None and "sliding_attention" not in layer_types:
+        return None  # transformers 5 names each layer's attention: none of these slides
+    return int(window)

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from backends.engine.block_hash import BlockHash, hash_block, root_digest
 from backends.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -45,8 +46,8 @@ class Sequence:
     num_hashed_blocks: int = 0
     """Leading blocks of block_table already registered in the prefix cache."""
     block_table: list[int] = field(default_factory=list)
-    block_hashes: list[int] = field(default_factory=list)
-    """Chained hash of every full block of token_ids, computed lazily."""
+    block_hashes: list[BlockHash] = field(default_factory=list)
+    """Prefix-cache key of every full block of token_ids, computed lazily."""
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: str | None = None
     error: str | None = None
@@ -81,12 +82,13 @@ class Sequence:
     def sort_key(self) -> tuple[int, int, int]:
         return (self.priority, self.arrival, self.index)
 
-    def full_block_hashes(self, block_size: int) -> list[int]:
-        """Hashes of the full blocks of token_ids, each chained to its parent's (and the salt)."""
+    def full_block_hashes(self, block_size: int) -> list[BlockHash]:
+        """Keys of the full blocks of token_ids, each digest chained to its parent's (and the salt)."""
         num_full = self.num_tokens // block_size
         hashes = self.block_hashes
         while len(hashes) < num_full:
             i = len(hashes)
-            parent = hashes[-1] if hashes else hash(("salt", self.cache_salt))
-            hashes.append(hash((parent, tuple(self.token_ids[i * block_size : (i + 1) * block_size]))))
+            parent = hashes[-1].digest if hashes else root_digest(self.cache_salt)
+            block = self.token_ids[i * block_size : (i + 1) * block_size]
+            hashes.append(hash_block(parent, block, self.cache_salt))
         return hashes[:num_full]

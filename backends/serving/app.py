@@ -3,8 +3,9 @@
 Routes: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``, ``/v1/models``, ``/health``
 (the process is alive), ``/ready`` (the weights are loaded), ``/metrics`` (vLLM's metric names).
 The engine is either given ready-made or built by ``engine_factory`` in a worker thread after the app
-starts, so the port answers (``/ready`` 503) while the weights load. Every error is rendered in
-OpenAI's shape by one handler.
+starts, so the port answers while the weights load: ``/ready`` says 503, and ``/v1/models`` and the
+completions answer 503 ``model_not_ready`` with Retry-After. Every error is rendered in OpenAI's shape
+by one handler.
 """
 
 from __future__ import annotations
@@ -116,11 +117,14 @@ def create_app(
 
     @get("/v1/models")
     async def list_models() -> Response[Any]:
-        return Response(encoder.encode(ModelList(data=_model_cards(state))), media_type="application/json")
+        engine = state.require_ready()  # clients and balancers wait on /v1/models: 200 only once it serves
+        cards = _model_cards(state, engine)
+        return Response(encoder.encode(ModelList(data=cards)), media_type="application/json")
 
     @get("/v1/models/{model_id:path}")
     async def retrieve_model(model_id: str) -> Response[Any]:
-        for card in _model_cards(state):
+        engine = state.require_ready()  # before the 404: the engine's own model name is known once loaded
+        for card in _model_cards(state, engine):
             if card.id == model_id.lstrip("/"):
                 return Response(encoder.encode(card), media_type="application/json")
         raise ModelNotFound(model_id.lstrip("/"))
@@ -189,10 +193,9 @@ def _read_stats(state: ServingState) -> Any | None:
         return None
 
 
-def _model_cards(state: ServingState) -> list[ModelCard]:
-    cards = [ModelCard(id=state.served_model_name, created=state.created_s)]
-    if state.engine is not None:
-        cards[0].max_model_len = state.engine.engine.max_model_len
+def _model_cards(state: ServingState, engine: AsyncEngineLike) -> list[ModelCard]:
+    max_model_len = engine.engine.max_model_len
+    cards = [ModelCard(id=state.served_model_name, created=state.created_s, max_model_len=max_model_len)]
     if state.embedder is not None:
         cards.append(ModelCard(id=state.embedder.model_name, created=state.created_s))
     return cards

@@ -45,13 +45,17 @@ class ServingState:
             names.add(self.engine.engine.model_name)
         return names
 
+    def require_ready(self) -> AsyncEngineLike:
+        """The engine once loaded; until then 503 ``model_not_ready`` (the load error, if it failed)."""
+        if self.engine is None:
+            raise NotReady(self.load_error or "The model is still loading.")
+        return self.engine
+
     def require_engine(self, model: str | None) -> AsyncEngineLike:
         """The engine serving ``model`` (None means the default); 404 for another model, 503 while loading."""
         if model is not None and model not in self.model_names():
             raise ModelNotFound(model)
-        if self.engine is None:
-            raise NotReady(self.load_error or "The model is still loading.")
-        return self.engine
+        return self.require_ready()
 
     def require_embedder(self, model: str | None) -> EmbedderLike:
         """The embedder serving ``model`` (None means the default embedding model)."""

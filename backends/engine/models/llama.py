@@ -1,6 +1,6 @@
 """A Llama-family decoder over a flat token batch and a paged KV cache.
 
-Covers Llama 1-3, SmolLM2, Mistral (no sliding window) and Qwen2 (qkv bias) through ``ModelConfig`` flags:
+Covers Llama 1-3, SmolLM2, Mistral (within its sliding window) and Qwen2 (qkv bias) through ``ModelConfig``:
 grouped- and multi-query attention, tied embeddings, scaled RoPE.
 """
 

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from backends.engine import block_hash
 from backends.engine.block_manager import BlockManager
 from backends.engine.sampling_params import SamplingParams
 from backends.engine.sequence import Sequence
@@ -87,6 +88,38 @@ def test_cache_salt_separates_hashes() -> None:
     start(bm, seq(list(range(9)), salt="a"))
     assert bm.get_computed_blocks(seq(list(range(9)), salt="b")) == []
     assert len(bm.get_computed_blocks(seq(list(range(9)), salt="a"))) == 2
+
+
+@pytest.fixture
+def colliding_digests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every block digests alike, as on a hash collision: lookups must still tell blocks apart."""
+    monkeypatch.setattr(block_hash, "block_digest", lambda parent, data: bytes(block_hash.DIGEST_SIZE))
+
+
+@pytest.mark.usefixtures("colliding_digests")
+def test_a_digest_collision_never_serves_another_prompts_block() -> None:
+    bm = BlockManager(8, 4)
+    a = seq(list(range(9)))
+    start(bm, a)
+    other = seq([*range(100, 104), *range(4, 9)])
+    assert other.full_block_hashes(4)[0].digest == a.block_hashes[0].digest  # the digests do collide
+    assert bm.get_computed_blocks(other) == []
+    tail = seq([*range(4), 50, 51, 52, 53, 8])  # first block equal, second differs
+    assert bm.get_computed_blocks(tail) == a.block_table[:1]
+    assert bm.get_computed_blocks(seq(list(range(9)))) == a.block_table[:2]  # the same prompt still hits
+    start(bm, other)
+    assert set(other.block_table).isdisjoint(a.block_table)
+    bm.check_invariants([a, other])
+
+
+@pytest.mark.usefixtures("colliding_digests")
+def test_a_digest_collision_never_crosses_tenants() -> None:
+    bm = BlockManager(8, 4)
+    a = seq(list(range(9)), salt="tenant-a")
+    start(bm, a)
+    assert bm.get_computed_blocks(seq(list(range(9)), salt="tenant-b")) == []
+    assert bm.get_computed_blocks(seq(list(range(9)))) == []
+    assert bm.get_computed_blocks(seq(list(range(9)), salt="tenant-a")) == a.block_table[:2]
 
 
 def test_fork_shares_full_prompt_blocks() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from backends.engine import block_hash
 from backends.engine.sampling_params import SamplingParams
 from tests.backends.engine.conftest import EngineFactory
 from tests.backends.engine.tiny import VARIANTS, hf_greedy
@@ -103,6 +104,19 @@ def test_cache_salt_isolates_tenants(make_engine: EngineFactory) -> None:
     while engine.has_unfinished_requests():
         outs += engine.step()
     assert outs[-1].num_cached_tokens == 32
+
+
+def test_colliding_block_digests_never_share_kv(
+    make_engine: EngineFactory, hf_models: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(block_hash, "block_digest", lambda parent, data: bytes(block_hash.DIGEST_SIZE))
+    engine = make_engine("gqa")
+    a, b = random_prompts(2, 40, 40, seed=9)
+    first = engine.generate([a], GREEDY)
+    second = engine.generate([b], GREEDY)  # every block digest collides with a's
+    again = engine.generate([a], GREEDY)
+    assert second[0].num_cached_tokens == 0 and again[0].num_cached_tokens == 32
+    assert_matches_hf(hf_models["gqa"], [a, b, a], first + second + again)
 
 
 def engine_block_bytes() -> int:

@@ -1,4 +1,4 @@
-"""Start-up: the port answers while the weights load (/ready 503), and a failed load is reported."""
+"""Start-up: while the weights load the port answers 503 (/ready, /v1/models); a failed load is reported."""
 
 from __future__ import annotations
 
@@ -39,6 +39,31 @@ def test_ready_is_503_until_the_engine_is_loaded() -> None:
     assert not engine.is_started  # stopped with the app
 
 
+def test_models_answer_503_like_completions_until_the_engine_is_loaded() -> None:
+    loaded = threading.Event()
+    engine = FakeAsyncEngine()
+
+    def factory() -> AsyncEngineLike:
+        assert loaded.wait(timeout=10)
+        return engine
+
+    with serve(create_app(engine_factory=factory, served_model_name="tiny-fake")) as url:
+        busy = httpx.post(f"{url}/v1/chat/completions", json=CHAT)
+        assert busy.status_code == 503
+        for path in ("/v1/models", "/v1/models/tiny-fake", "/v1/models/not-known-yet"):
+            models = httpx.get(f"{url}{path}")
+            assert models.status_code == 503, path
+            assert models.json() == busy.json()  # {"error": {message, type, param, code: model_not_ready}}
+            assert set(models.json()["error"]) == {"message", "type", "param", "code"}
+            assert models.headers["retry-after"] == busy.headers["retry-after"]
+        loaded.set()
+        assert wait_until(lambda: httpx.get(f"{url}/ready").status_code == 200)
+        listed = httpx.get(f"{url}/v1/models")
+        assert listed.status_code == 200 and [m["id"] for m in listed.json()["data"]] == ["tiny-fake"]
+        assert httpx.get(f"{url}/v1/models/tiny-fake").json()["max_model_len"] == 512
+        assert httpx.get(f"{url}/v1/models/not-known-yet").status_code == 404
+
+
 def test_failed_load_is_reported() -> None:
     def factory() -> AsyncEngineLike:
         raise FileNotFoundError("no such model")
@@ -49,6 +74,8 @@ def test_failed_load_is_reported() -> None:
         assert ready.status_code == 503 and "no such model" in ready.json()["detail"]
         chat = httpx.post(f"{url}/v1/chat/completions", json=CHAT)
         assert chat.status_code == 503 and "no such model" in chat.json()["error"]["message"]
+        models = httpx.get(f"{url}/v1/models")
+        assert models.status_code == 503 and models.json() == chat.json()
 
 
 def test_create_app_needs_one_engine_source() -> None:

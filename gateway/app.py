@@ -8,6 +8,7 @@ endpoints are served straight from ASGI (``gateway.proxy``: the hot path); every
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -35,6 +36,7 @@ from gateway.errors import (
     render,
     status_of,
 )
+from gateway.inflight import InFlight
 from gateway.pipeline import BytesResult, Call, Endpoint, Pipeline, StreamResult
 from gateway.policy import ApiKey, Policy
 from gateway.proxy import ProxyApp
@@ -58,6 +60,8 @@ from gateway.upstream_client import AiohttpUpstreamClient, UpstreamClient
 
 logger = logging.getLogger("switchyard.gateway")
 _encode = msgspec.json.encode
+# uvicorn has let open connections finish before shutdown starts: what is left is their settling
+_SHUTDOWN_SETTLE_S = 5.0
 _MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
 
@@ -106,6 +110,8 @@ class Gateway:
         self.reloader.subscribe(self.balancer.update)
         self.reloader.subscribe(self._count_reload)
         self.pipeline = build_pipeline(self)
+        self.inflight = InFlight()
+        """Proxied requests whose response or after-response work is not over (gateway.proxy counts)."""
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(6).hex()
         self._models_cache: tuple[Policy, bytes] | None = None
@@ -116,6 +122,13 @@ class Gateway:
 
     def _count_reload(self, policy: Policy) -> None:
         self.metrics.policy_reloads.labels("adopted").inc()
+
+    async def settle(self) -> None:
+        """Wait until every open request's after-response work has run, then have the store write what
+        it batched: from then on the store, caches and metrics show every request answered so far.
+        (A drain before shutdown; tests call it instead of guessing how long that work takes.)"""
+        await self.inflight.wait_idle()
+        await self.store.flush()
 
     def _count_fallback(self, reason: str) -> None:
         self.metrics.store_fallbacks.labels(reason).inc()
@@ -322,6 +335,11 @@ def create_app(
         gateway.health.start()
 
     async def on_shutdown() -> None:
+        try:
+            async with asyncio.timeout(_SHUTDOWN_SETTLE_S):
+                await gateway.settle()
+        except (TimeoutError, StoreUnavailable) as exc:
+            logger.warning("shutting down before every request settled: %r", exc)
         await reloader.stop()
         await gateway.health.stop()
         await client.close()

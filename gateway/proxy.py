@@ -163,6 +163,7 @@ async def serve(
 ) -> None:
     """One proxied request, from ASGI scope to the last byte sent."""
     started_at = time.perf_counter()
+    gateway.inflight.enter()  # until the last finisher has run (gateway.inflight)
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
     request_id = gateway.request_id(headers)
     span: RequestSpan | None = None
@@ -206,21 +207,24 @@ async def serve(
             await _send_stream(call, outcome, _header_list(request_id, call, {}), receive, send)
     finally:
         failure = outcome if isinstance(outcome, GatewayError) else None
-        if call is not None:
-            await call.finish(failure)  # after the last byte: settling never delays the response
-        if token is not None:
-            REQUEST_SPAN.reset(token)
-        if observer is not None:
-            observer.finish(
-                gateway,
-                span,
-                endpoint,
-                request_id,
-                status,
-                call.started_at if call is not None else started_at,
-                call,
-                failure,
-            )
+        try:
+            if call is not None:
+                await call.finish(failure)  # after the last byte: settling never delays the response
+            if token is not None:
+                REQUEST_SPAN.reset(token)
+            if observer is not None:
+                observer.finish(
+                    gateway,
+                    span,
+                    endpoint,
+                    request_id,
+                    status,
+                    call.started_at if call is not None else started_at,
+                    call,
+                    failure,
+                )
+        finally:
+            gateway.inflight.exit()
 
 
 async def _send_stream(

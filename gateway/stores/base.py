@@ -207,6 +207,11 @@ class Store(Protocol):
         """True when the store answers now (never raises)."""
         ...
 
+    async def flush(self) -> None:
+        """Write now whatever this replica holds back (settles batched for later); a no-op for stores
+        that write at once. Raises StoreUnavailable when the store does not answer."""
+        ...
+
     async def close(self) -> None:
         """Release connections."""
         ...

@@ -135,6 +135,9 @@ class FailoverStore:
     async def ping(self) -> bool:
         return await self.primary.ping()
 
+    async def flush(self) -> None:
+        await self._on_primary(self.primary.flush)
+
     async def close(self) -> None:
         await self.primary.close()
         await self.fallback.close()

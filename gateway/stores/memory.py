@@ -247,6 +247,9 @@ class MemoryStore:
     async def ping(self) -> bool:
         return True
 
+    async def flush(self) -> None:
+        return None  # every settle is applied at once
+
     async def close(self) -> None:
         return None
 

@@ -276,6 +276,9 @@ class RedisStore:
                 tenants[self.keys.tenant_of_usage_key(key)] = tenant_usage_from_fields(decoded)
         return UsageReport(month=month, tenants=dict(sorted(tenants.items())))
 
+    async def flush(self) -> None:
+        return None  # every settle is its own write (CreditStore is the one that batches)
+
     async def ping(self) -> bool:
         try:
             async with asyncio.timeout(self.timeout_s):

@@ -46,7 +46,9 @@ def capture(gateway: GatewayServer, **env: str) -> list[bytes]:
 def chat(gateway: GatewayServer, **extra: object) -> httpx.Response:
     body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": PROMPT}], **extra}
     headers = {"Authorization": f"Bearer {KEY}", "x-request-id": "req-42"}
-    return httpx.post(gateway.url + "/v1/chat/completions", json=body, headers=headers, timeout=10)
+    response = httpx.post(gateway.url + "/v1/chat/completions", json=body, headers=headers, timeout=10)
+    gateway.settle()  # the line is written when the request is over, after the response
+    return response
 
 
 def test_one_line_per_request_with_the_facts(gateway: GatewayServer) -> None:
@@ -67,7 +69,6 @@ def test_one_line_per_request_with_the_facts(gateway: GatewayServer) -> None:
 def test_streams_log_when_they_end(gateway: GatewayServer) -> None:
     lines = capture(gateway)
     assert chat(gateway, stream=True).status_code == 200
-    time.sleep(0.05)
     [line] = lines
     entry = json.loads(line)
     assert entry["stream"] is True and entry["ttft_ms"] > 0 and entry["output_tokens"] > 0
@@ -80,6 +81,7 @@ def test_failures_are_logged_with_their_code(gateway: GatewayServer) -> None:
     assert (
         httpx.post(gateway.url + "/v1/chat/completions", content=b"{not json", timeout=5).status_code == 400
     )
+    gateway.settle()
     first, second = (json.loads(line) for line in lines)
     assert first["status"] == 502 and first["error"] == "upstream_error" and first["pool"] == "fail"
     assert second["status"] == 400 and "model" not in second and second["error"]
@@ -101,7 +103,9 @@ def test_buffered_sink_flushes_by_count_and_age() -> None:
     assert stream.getvalue() == b"a\nb\nc\n"
     aged = BufferedSink(io.BytesIO(), max_lines=100, max_age_s=0.05)
     aged(b"x")
-    time.sleep(0.3)  # the background flush writes it without another line
+    deadline = time.monotonic() + 10  # the background flush writes it without another line
+    while aged.stream.getvalue() == b"" and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.01)
     assert aged.stream.getvalue() == b"x\n"  # type: ignore[attr-defined]
 
 

@@ -71,7 +71,11 @@ def observe(gateway: GatewayServer, **env: str) -> Traced:
 def post(
     gateway: GatewayServer, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> httpx.Response:
-    return httpx.post(gateway.url + "/v1/chat/completions", json=body, headers=headers or {}, timeout=10)
+    """One request, returned once its span has ended and its access-log line is written (both happen
+    after the response is sent)."""
+    response = httpx.post(gateway.url + "/v1/chat/completions", json=body, headers=headers or {}, timeout=10)
+    gateway.settle()
+    return response
 
 
 def wait_for(predicate: Any, timeout_s: float = 5.0) -> None:

@@ -1,13 +1,20 @@
-"""A real gateway on a loopback port, run by uvicorn in a background thread."""
+"""A real gateway on a loopback port, run by uvicorn in a background thread.
+
+Work a request does after its response is sent (settles, cache stores, prefix maps, metrics) races
+the client's next step: a test that asserts on it calls ``settle()`` first, which waits for exactly
+that work (``Gateway.settle`` on the server's own loop), never for a guessed time.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import uvicorn
+import uvloop
 import yaml
 
 from gateway.app import create_app
@@ -74,7 +81,13 @@ class GatewayServer:
             lifespan="on",
         )
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            self.loop = runner.get_loop()
+            runner.run(self.server.serve())
 
     @property
     def gateway(self) -> Any:
@@ -91,6 +104,13 @@ class GatewayServer:
             if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("gateway did not start")
             time.sleep(0.01)
+        return self
+
+    def settle(self, timeout_s: float = 10.0) -> GatewayServer:
+        """Return once every request answered so far has finished its after-response work and the
+        store has written what it batched (see ``Gateway.settle``)."""
+        assert self.loop is not None, "not started"
+        asyncio.run_coroutine_threadsafe(self.gateway.settle(), self.loop).result(timeout_s)
         return self
 
     def stop(self) -> None:

@@ -31,8 +31,10 @@ async def test_vectors_are_per_tenant_and_model(backend: Backend) -> None:
 async def test_vectors_expire(backend: Backend) -> None:
     cache = EmbeddingCache(backend.blobs())
     keys = KEYS.embeddings("acme", "mini", ["alpha"])
-    await cache.put_many([(keys[0], VECTORS["alpha"])], ttl_s=0.2)
-    await backend.advance(0.3)
+    await cache.put_many([(keys[0], VECTORS["alpha"])], ttl_s=60)
+    await backend.advance(59)
+    assert await cache.get_many(keys) == [VECTORS["alpha"]]
+    await backend.advance(1)
     assert await cache.get_many(keys) == [None]
 
 

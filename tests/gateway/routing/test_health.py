@@ -205,9 +205,8 @@ async def test_probes_are_off_when_the_interval_is_zero_and_stop_cancels_a_hung_
     checker = HealthChecker(balancer, client, max_tick_s=0.01)
     checker.start()
     await wait_for(lambda: client.urls)
-    started = time.monotonic()
-    await checker.stop()
-    assert time.monotonic() - started < 1.0
+    async with asyncio.timeout(10):  # far less than the hung probe's 30 s timeout
+        await checker.stop()
     assert state.breaker.state == "closed"
 
 
@@ -225,10 +224,9 @@ async def test_a_reload_adds_and_drops_probed_replicas() -> None:
             parse_policy({"pools": {"p": {"replicas": [{"base_url": "http://b:1/v1", "model": "m"}]}}}, "t")
         )
         await wait_for(lambda: "http://b:1/health" in client.urls)
-        await asyncio.sleep(0.1)
-        client.urls.clear()
-        await asyncio.sleep(0.15)
-        assert client.urls and set(client.urls) == {"http://b:1/health"}
+        client.urls.clear()  # from here on only b is probed
+        await wait_for(lambda: len(client.urls) >= 3)
+        assert set(client.urls) == {"http://b:1/health"}
     finally:
         await checker.stop()
 
@@ -362,9 +360,10 @@ async def test_a_failed_scrape_leaves_the_load_to_go_stale() -> None:
     client = FakeClient()
     checker = HealthChecker(balancer, client)
     client.answers[state.metrics_url] = (200, b"vllm:num_requests_waiting 5\n")
+    before = time.monotonic()
     assert await checker.scrape(state)
     assert state.num_waiting == 5.0
-    assert state.load_fresh_until == pytest.approx(time.monotonic() + 3 * 2.0, abs=0.5)
+    assert before + 3 * 2.0 <= state.load_fresh_until <= time.monotonic() + 3 * 2.0
     for answer in ((200, b"not metrics"), (500, b""), UpstreamConnectError("refused")):
         client.answers[state.metrics_url] = answer
         assert not await checker.scrape(state)

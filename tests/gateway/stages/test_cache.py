@@ -53,12 +53,15 @@ def _gateway(tmp_path: Path, upstream: FakeUpstream, cache: dict[str, Any] | Non
 
 
 def _post(gateway: GatewayServer, body: dict[str, Any], key: str = KEY_A, **headers: str) -> httpx.Response:
-    return httpx.post(
+    """One request, returned once its after-response work (the cache store of a miss) is done."""
+    response = httpx.post(
         gateway.url + "/v1/chat/completions",
         json=body,
         timeout=10,
         headers={"Authorization": f"Bearer {key}", **headers},
     )
+    gateway.settle()
+    return response
 
 
 def test_deterministic_repeat_hits_and_names_the_asked_model(
@@ -119,6 +122,7 @@ def test_streams_are_stored_and_replayed_faithfully(
         fresh = list(
             client.chat.completions.create(model="small", messages=messages, temperature=0, stream=True)
         )
+        gateway.settle()  # the stream is stored once it has ended, after the client read [DONE]
         raw = client.chat.completions.with_raw_response.create(
             model="small",
             messages=messages,
@@ -128,6 +132,7 @@ def test_streams_are_stored_and_replayed_faithfully(
         )
         assert raw.headers["x-switchyard-cache"] == "hit"
         replayed = list(raw.parse())
+        gateway.settle()
         text = "".join(c.choices[0].delta.content or "" for c in replayed if c.choices)
         assert text == "".join(c.choices[0].delta.content or "" for c in fresh if c.choices)
         assert text == "Hello from the fake upstream."
@@ -143,12 +148,14 @@ def test_streams_are_stored_and_replayed_faithfully(
 
 
 def test_ttl_expiry_and_size_limit(tmp_path: Path, upstream: FakeUpstream, backend: str | None) -> None:
-    gateway = _gateway(tmp_path, upstream, {"response": {"ttl_s": 0.5}, "pools": {"fail": {"ttl_s": 10}}})
+    # a TTL long enough that the hit right after the store never races it; sleeping past it is exact
+    gateway = _gateway(tmp_path, upstream, {"response": {"ttl_s": 2}, "pools": {"fail": {"ttl_s": 10}}})
     try:
         body = {**ASK, "messages": [{"role": "user", "content": "expire me"}]}
         assert _post(gateway, body).headers["x-switchyard-cache"] == "miss"
+        stored_at = time.monotonic()
         assert _post(gateway, body).headers["x-switchyard-cache"] == "hit"
-        time.sleep(1.2)
+        time.sleep(max(0.0, stored_at + 2.05 - time.monotonic()))
         assert _post(gateway, body).headers["x-switchyard-cache"] == "miss"
     finally:
         gateway.stop()

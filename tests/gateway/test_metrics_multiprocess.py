@@ -60,6 +60,7 @@ def test_single_process_metrics_parse(policy_path: Path) -> None:
     try:
         for body in (CHAT, {**CHAT, "stream": True}):
             assert httpx.post(server.url + "/v1/chat/completions", json=body, timeout=10).status_code == 200
+        server.settle()  # requests are counted by their finishers, after the response
         text = httpx.get(server.url + "/metrics", timeout=5).text
     finally:
         server.stop()
@@ -152,6 +153,11 @@ def test_two_workers_report_the_whole_server(policy_path: Path, tmp_path: Path) 
 
         with ThreadPoolExecutor(8) as pool:
             assert set(pool.map(one, range(num_requests))) == {200}
+        # the last requests are counted by their finishers, after their responses: wait for that
+        deadline = time.monotonic() + 10
+        while requests_total(httpx.get(url + "/metrics", timeout=5).text, "small") < num_requests:
+            assert time.monotonic() < deadline, "the workers never counted every request"
+            time.sleep(0.05)
         pids = {p.name.rsplit("_", 1)[-1] for p in multiproc_dir.glob("counter_*.db")}
         for _ in range(6):  # whichever worker answers the scrape, it reports every worker's counts
             text = httpx.get(url + "/metrics", timeout=5).text

@@ -1,43 +1,96 @@
 """``switchyard``: serve the gateway, run it with a local engine, check policies, and more.
 
-switchyard serve [--policy FILE] [--host H] [--port P] [--workers N]
-switchyard run   [--policy FILE] [--engine-model smollm2-135m]   (what ``make run`` does)
+switchyard run    [--policy FILE] [--engine-model smollm2-135m]   (what ``make run`` does)
+switchyard serve  [--policy FILE] [--host H] [--port P] [--workers N]
 switchyard policy check FILE...
+switchyard keys new --tenant T [--name N] [--admin]
+switchyard route explain "prompt" [--policy FILE]
+switchyard router train data.jsonl -o router.bin
+switchyard cost estimate (--requests-per-month N | --requests-per-day N) --tokens-per-request N ...
+
+``switchyard COMMAND --help`` says more about each.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import logging.config
 import os
+import secrets
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import yaml
 
+from gateway import cost
+from gateway.access_log import LOGGER_NAME as ACCESS_LOGGER
 from gateway.keys import hash_key, key_stanza, new_key
-from gateway.policy import PolicyError, load_policy
+from gateway.policy import Policy, PolicyError, load_policy
 from gateway.settings import Settings
+
+if TYPE_CHECKING:
+    import uvicorn
 
 logger = logging.getLogger("switchyard.cli")
 
 
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""The one line format of the gateway, its uvicorn and (``backends/server.py``) the reference engine."""
+DEV_ACCESS_LOG = ".local/access.log"
+"""Where ``switchyard run`` writes the access log unless the user asked for it on the terminal."""
+ENGINE_LOG_LEVELS = ("debug", "info", "warning", "error")
+"""The log levels ``backends.server`` takes."""
+
+
+def logging_config(settings: Settings) -> dict[str, Any]:
+    """The gateway's logging, for ``logging.config.dictConfig``: every line in :data:`LOG_FORMAT` on
+    standard error, and the access log in ``settings.access_log_file`` when one is set.
+
+    uvicorn gets it as ``log_config`` (its own default has colours and another format), and each
+    worker process applies it again.
+    """
+    level = settings.log_level.upper()
+    if not isinstance(logging.getLevelName(level), int):
+        level = "INFO"
+    handlers: dict[str, Any] = {
+        "stderr": {"class": "logging.StreamHandler", "formatter": "line", "stream": "ext://sys.stderr"}
+    }
     # client libraries log every request at INFO: a real cost on the hot path
-    for noisy in ("httpx", "httpcore", "aiohttp.access"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    loggers: dict[str, Any] = {name: {"level": "WARNING"} for name in ("httpx", "httpcore", "aiohttp.access")}
+    if settings.access_log_file:
+        handlers["access"] = {
+            "class": "logging.FileHandler",
+            "filename": settings.access_log_file,
+            "formatter": "bare",
+            "delay": True,
+        }
+        loggers[ACCESS_LOGGER] = {"level": "INFO", "handlers": ["access"], "propagate": False}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"line": {"format": LOG_FORMAT}, "bare": {"format": "%(message)s"}},
+        "handlers": handlers,
+        "loggers": loggers,
+        "root": {"level": level, "handlers": ["stderr"]},
+    }
+
+
+def _configure_logging(settings: Settings) -> None:
+    if settings.access_log_file:
+        Path(settings.access_log_file).parent.mkdir(parents=True, exist_ok=True)
+    logging.config.dictConfig(logging_config(settings))
 
 
 def _wait_http_ok(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
@@ -56,28 +109,59 @@ def _wait_http_ok(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | No
 
 
 def _banner(settings: Settings, api_key: str) -> str:
+    url = f"http://{settings.host}:{settings.port}"
+    access_log = f" (access log: {settings.access_log_file})" if settings.access_log_file else ""
     return (
-        f"Switchyard is ready on http://{settings.host}:{settings.port}. Paste into a shell:\n"
-        f"export OPENAI_BASE_URL=http://{settings.host}:{settings.port}/v1\n"
+        f"Switchyard is ready on {url}{access_log}. Paste into a shell:\n"
+        f"export OPENAI_BASE_URL={url}/v1\n"
         f"export OPENAI_API_KEY={api_key}\n"
     )
 
 
-def _announce_when_ready(settings: Settings, api_key: str) -> None:
+def _print(banner: str) -> None:
+    sys.stdout.write(banner)
+    sys.stdout.flush()
+
+
+def _announce_when_ready(settings: Settings, banner: str) -> None:
+    """Several workers start on their own: print the banner at the first answer of ``/healthz``."""
+
     def wait() -> None:
         if _wait_http_ok(f"http://{settings.host}:{settings.port}/healthz", 120):
-            sys.stdout.write(_banner(settings, api_key))
-            sys.stdout.flush()
+            _print(banner)
 
     threading.Thread(target=wait, daemon=True).start()
 
 
+def _announcing_server(config: uvicorn.Config, banner: str) -> uvicorn.Server:
+    """uvicorn's server, which prints the banner once it listens: after its own start-up lines."""
+    import uvicorn
+
+    class AnnouncingServer(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                _print(banner)
+
+    return AnnouncingServer(config)
+
+
+def _quiet_single_process_salt(settings: Settings, policy: Policy) -> None:
+    """One process and no shared store: a salt secret made here is the only one there is, so set it
+    rather than have the pick stage warn, on the first request, that replicas' salts could differ."""
+    secret_env, store_env = policy.cache.affinity.salt_secret_env, policy.store.url_env
+    is_shared = settings.workers > 1 or bool(store_env and os.environ.get(store_env))
+    if secret_env and not is_shared and not os.environ.get(secret_env):
+        os.environ[secret_env] = secrets.token_hex(16)
+
+
 def serve(settings: Settings, *, api_key: str = "sk-anything") -> int:
-    """Run the gateway with uvicorn on uvloop and httptools (about 1.5x asyncio + h11)."""
+    """Run the gateway with uvicorn on uvloop and httptools (about 1.5x asyncio + h11); print the
+    banner (the two ``export`` lines) once it answers."""
     import uvicorn
 
     try:
-        load_policy(settings.policy_path, settings.overlay_path)
+        policy = load_policy(settings.policy_path, settings.overlay_path)
     except PolicyError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -89,27 +173,35 @@ def serve(settings: Settings, *, api_key: str = "sk-anything") -> int:
         ("LOG_LEVEL", settings.log_level),
     ):
         os.environ[f"SWITCHYARD_{name}"] = value
+    options: dict[str, Any] = dict(
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_config=logging_config(settings),
+        log_level=settings.log_level,
+        lifespan="on",
+        timeout_keep_alive=30,
+        backlog=4096,
+    )
+    banner = _banner(settings, api_key)
     if settings.workers > 1:
         # every worker's metrics in one /metrics: prometheus_client's multiprocess mode, set up
         # before the workers import it
         from gateway.telemetry import prepare_multiprocess
 
         prepare_multiprocess(tempfile.mkdtemp(prefix="switchyard-metrics-"))
-    _announce_when_ready(settings, api_key)
-    uvicorn.run(
-        "gateway.app:create_app",
-        factory=True,
-        host=settings.host,
-        port=settings.port,
-        workers=settings.workers if settings.workers > 1 else None,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        log_level=settings.log_level,
-        lifespan="on",
-        timeout_keep_alive=30,
-        backlog=4096,
-    )
+        _announce_when_ready(settings, banner)
+        uvicorn.run("gateway.app:create_app", workers=settings.workers, **options)
+        return 0
+    _quiet_single_process_salt(settings, policy)
+    server = _announcing_server(uvicorn.Config("gateway.app:create_app", **options), banner)
+    try:
+        server.run()
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn re-raises it after its graceful shutdown
+        pass
     return 0
 
 
@@ -159,6 +251,37 @@ def keys_new(tenant: str, name: str | None, admin: bool) -> int:
     return 0
 
 
+def dev_settings(settings: Settings) -> Settings:
+    """What ``switchyard run`` changes for a development run: the access log goes to a file, so the
+    terminal keeps the banner, unless the user asked for it (``SWITCHYARD_ACCESS_LOG`` or the
+    policy's ``telemetry.access_log``)."""
+    if settings.access_log_file or os.environ.get("SWITCHYARD_ACCESS_LOG"):
+        return settings
+    for path in (settings.policy_path, settings.overlay_path):
+        try:
+            document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue  # a missing overlay; a broken policy is reported when it is loaded
+        telemetry = document.get("telemetry") if isinstance(document, dict) else None
+        if isinstance(telemetry, dict) and "access_log" in telemetry:
+            return settings
+    return dataclasses.replace(settings, access_log_file=DEV_ACCESS_LOG)
+
+
+def engine_command(
+    settings: Settings, engine_model: str, host: str, port: int
+) -> tuple[list[str], dict[str, str]]:
+    """The reference engine's command line and environment in ``switchyard run``."""
+    command = [sys.executable, "-m", "backends.server", "--model", engine_model, "--host", host]
+    command += ["--port", str(port)]
+    if settings.log_level.lower() in ENGINE_LOG_LEVELS:
+        command += ["--log-level", settings.log_level.lower()]
+    env = dict(os.environ)
+    # transformers draws a "Loading weights" progress bar when the embedding model loads
+    env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    return command, env
+
+
 def run_local(settings: Settings, engine_model: str, *, start_engine: bool) -> int:
     """``make run``: start the reference engine the default policy points at, then the gateway."""
     dev_key = ensure_dev_key(settings.overlay_path)
@@ -167,19 +290,8 @@ def run_local(settings: Settings, engine_model: str, *, start_engine: bool) -> i
     if targets:
         host, port = targets[0]
         print(f"starting the reference engine ({engine_model}) on {host}:{port} ...", flush=True)
-        engine = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "backends.server",
-                "--model",
-                engine_model,
-                "--host",
-                host,
-                "--port",
-                str(port),
-            ],
-        )
+        command, env = engine_command(settings, engine_model, host, port)
+        engine = subprocess.Popen(command, env=env)
         if not _wait_http_ok(f"http://{host}:{port}/ready", 600, engine):
             print("error: the engine did not come up", file=sys.stderr)
             engine.terminate()
@@ -216,7 +328,53 @@ def policy_check(paths: Sequence[str]) -> int:
     return status
 
 
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(
+        policy_path=args.policy,
+        policy_overlay=args.overlay,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+    )
+
+
+def _serve_command(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    _configure_logging(settings)
+    return serve(settings)
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    settings = dev_settings(_settings(args))
+    _configure_logging(settings)
+    return run_local(settings, args.engine_model, start_engine=not args.no_engine)
+
+
+def _route_explain(argv: list[str]) -> int:
+    from gateway.routing.explain import explain_main
+
+    return explain_main(argv)
+
+
+def _router_train(argv: list[str]) -> int:
+    from gateway.routing.train import train_main  # the one place that imports torch
+
+    return train_main(argv)
+
+
+def _forward(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    to: Callable[[list[str]], int],
+    help: str,
+) -> None:
+    """A leaf whose module parses its own arguments (``--help`` too): it gets what follows ``name``."""
+    commands.add_parser(name, help=help, add_help=False).set_defaults(forward=to)
+
+
 def _parser() -> argparse.ArgumentParser:
+    """Every command in one tree; each leaf sets ``handler`` (its arguments parsed) or ``forward``."""
     parser = argparse.ArgumentParser(
         prog="switchyard", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -230,56 +388,59 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--workers", type=int)
         p.add_argument("--log-level")
 
-    server_args(sub.add_parser("serve", help="serve the gateway"))
-    run = sub.add_parser("run", help="start the local reference engine and the gateway")
+    run = sub.add_parser("run", help="start the local reference engine, then the gateway (make run)")
     server_args(run)
     run.add_argument("--engine-model", default="smollm2-135m")
     run.add_argument("--no-engine", action="store_true", help="do not start the local engine")
-    check = sub.add_parser("policy", help="policy tools").add_subparsers(dest="policy_command", required=True)
-    check_p = check.add_parser("check", help="validate policy files without serving")
-    check_p.add_argument("files", nargs="+")
+    run.set_defaults(handler=_run_command)
+    serve_p = sub.add_parser("serve", help="serve the gateway")
+    server_args(serve_p)
+    serve_p.set_defaults(handler=_serve_command)
+
+    policy = sub.add_parser("policy", help="policy tools").add_subparsers(
+        dest="policy_command", required=True
+    )
+    check = policy.add_parser("check", help="validate policy files without serving")
+    check.add_argument("files", nargs="+")
+    check.set_defaults(handler=lambda args: policy_check(args.files))
+
     keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
     keys_new_p = keys.add_parser("new", help="print a fresh key once, plus the policy stanza with its hash")
     keys_new_p.add_argument("--tenant", required=True)
     keys_new_p.add_argument("--name")
     keys_new_p.add_argument("--admin", action="store_true", help="may read /v1/usage")
+    keys_new_p.set_defaults(handler=lambda args: keys_new(args.tenant, args.name, args.admin))
+
+    route = sub.add_parser("route", help="where model: auto goes").add_subparsers(
+        dest="route_command", required=True
+    )
+    _forward(route, "explain", _route_explain, help='which pool `model: "auto"` would pick, and why')
+    router = sub.add_parser("router", help="the learned tier classifier: train it")
+    router_commands = router.add_subparsers(dest="router_command", required=True)
+    _forward(router_commands, "train", _router_train, help="train it on JSONL (the only torch import)")
+
+    cost_doc = cost.__doc__ or ""
+    cost_p = sub.add_parser("cost", help="capacity and cost", description=cost_doc.split("\n\n")[0])
+    estimate = cost_p.add_subparsers(dest="cost_command", required=True).add_parser(
+        "estimate",
+        help="monthly GPU cost of a workload",
+        description=cost_doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cost.add_estimate_arguments(estimate)
+    estimate.set_defaults(handler=cost.estimate_main)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # subcommands with their own argument parsers
-    if argv[:1] == ["cost"]:
-        from gateway.cost import cost_main
-
-        return cost_main(argv[1:])
-    if argv[:2] == ["router", "train"]:
-        from gateway.routing.train import train_main  # the one place that imports torch
-
-        return train_main(argv[2:])
-    if argv[:2] == ["route", "explain"]:
-        from gateway.routing.explain import explain_main
-
-        return explain_main(argv[2:])
-    args = _parser().parse_args(argv)
-    if args.command == "policy":
-        return policy_check(args.files)
-    if args.command == "keys":
-        return keys_new(args.tenant, args.name, args.admin)
-    settings = Settings.from_env(
-        policy_path=args.policy,
-        policy_overlay=args.overlay,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_level=args.log_level,
-    )
-    _configure_logging(settings.log_level)
-    if args.command == "serve":
-        return serve(settings)
-    if args.command == "run":
-        return run_local(settings, args.engine_model, start_engine=not args.no_engine)
-    return 2
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    forward = getattr(args, "forward", None)
+    if forward is not None:
+        return int(forward(rest))
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return int(args.handler(args))
 
 
 if __name__ == "__main__":

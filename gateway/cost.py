@@ -2,6 +2,9 @@
 
     monthly cost = requests per month x tokens per request x GPU-seconds per token x $ per GPU-hour / 3600
 
+Requests are given per month or per day (``--requests-per-day``: times 730 / 24 = 30.42 days, the
+average month the GPU-hours are counted in).
+
 GPU-seconds per token (S) is given directly or derived from a result file:
 
 - a Locust stats CSV (``loadtests/results/<name>_stats.csv``, or the ``--csv`` prefix): the
@@ -27,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 SECONDS_PER_HOUR = 3600.0
+HOURS_PER_DAY = 24.0
 HOURS_PER_MONTH = 730.0
-"""An average month (365 x 24 / 12), for the average number of GPUs busy."""
+"""An average month (365 x 24 / 12), for the average number of GPUs busy and daily request counts."""
 TOKENS_ROW = ("TOKENS", "output")
 """(Type, Name) of the Locust row whose entries carry output tokens as their content size."""
 
@@ -84,6 +88,16 @@ def monthly_cost_usd(
 ) -> float:
     """The playbook formula, as written."""
     return num_requests_per_month * num_tokens_per_request * gpu_s_per_token * gpu_hour_usd / SECONDS_PER_HOUR
+
+
+def requests_per_month(*, per_month: float | None = None, per_day: float | None = None) -> float:
+    """The formula's requests per month from the one figure given: a day is 1/30.42 of the average
+    month (``HOURS_PER_MONTH / HOURS_PER_DAY``)."""
+    if per_month is not None and per_day is None:
+        return per_month
+    if per_day is not None and per_month is None:
+        return per_day * HOURS_PER_MONTH / HOURS_PER_DAY
+    raise CostInputError("expected requests per month or per day (one of them)")
 
 
 def _float(row: Mapping[str, str], column: str, source: Path) -> float:
@@ -182,16 +196,16 @@ def _positive(text: str) -> float:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="switchyard cost", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="cost_command", required=True)
-    estimate = sub.add_parser(
-        "estimate",
-        help="monthly GPU cost of a workload",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+def add_estimate_arguments(estimate: argparse.ArgumentParser) -> None:
+    """The arguments of ``switchyard cost estimate`` (the CLI's tree holds the parser)."""
+    requests = estimate.add_mutually_exclusive_group(required=True)
+    requests.add_argument("--requests-per-month", type=_positive, metavar="N", help="requests a month")
+    requests.add_argument(
+        "--requests-per-day",
+        type=_positive,
+        metavar="N",
+        help="instead of --requests-per-month: N x 30.42 days (730 hours / 24) a month",
     )
-    estimate.add_argument("--requests-per-month", type=_positive, required=True)
     estimate.add_argument("--tokens-per-request", type=_positive, required=True, help="output tokens")
     source = estimate.add_mutually_exclusive_group(required=True)
     source.add_argument("--gpu-seconds-per-token", type=_positive)
@@ -208,15 +222,23 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="GPUs behind the measured replica (with --from-result; default 1)",
     )
-    return parser
 
 
-def render(estimate: CostEstimate, throughput: Throughput | None) -> str:
+def render(
+    estimate: CostEstimate, throughput: Throughput | None, *, num_requests_per_day: float | None = None
+) -> str:
     """The lines ``switchyard cost estimate`` prints."""
     lines = [
         f"monthly cost: ${estimate.monthly_usd:,.2f}",
         f"  = {estimate.num_requests_per_month:,.0f} requests x {estimate.num_tokens_per_request:,.0f} tokens"
         f" x {estimate.gpu_s_per_token:.6g} GPU-s/token x ${estimate.gpu_hour_usd:,.2f}/GPU-hour / 3600",
+    ]
+    if num_requests_per_day is not None:
+        lines.append(
+            f"  requests per month = {num_requests_per_day:,.0f} a day"
+            f" x {HOURS_PER_MONTH / HOURS_PER_DAY:.2f} days"
+        )
+    lines += [
         f"cost per 1M tokens: ${estimate.usd_per_million_tokens:,.4f}",
         f"GPU-hours per month: {estimate.gpu_hours_per_month:,.1f}"
         f" (on average {estimate.average_gpus_busy:,.2f} GPUs busy, before headroom for peaks)",
@@ -226,9 +248,8 @@ def render(estimate: CostEstimate, throughput: Throughput | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cost_main(argv: Sequence[str] | None = None) -> int:
-    """``switchyard cost ...``: ``argv`` is what follows ``cost`` (``["estimate", "--gpu-hour-usd", ..]``)."""
-    args = _parser().parse_args(argv)
+def estimate_main(args: argparse.Namespace) -> int:
+    """``switchyard cost estimate``, its arguments parsed (see :func:`add_estimate_arguments`)."""
     throughput: Throughput | None = None
     if args.from_result is not None:
         try:
@@ -246,11 +267,17 @@ def cost_main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
         gpu_s_per_token = args.gpu_seconds_per_token
-    estimate = CostEstimate(
-        args.requests_per_month, args.tokens_per_request, gpu_s_per_token, args.gpu_hour_usd
-    )
-    sys.stdout.write(render(estimate, throughput))
+    num_requests = requests_per_month(per_month=args.requests_per_month, per_day=args.requests_per_day)
+    estimate = CostEstimate(num_requests, args.tokens_per_request, gpu_s_per_token, args.gpu_hour_usd)
+    sys.stdout.write(render(estimate, throughput, num_requests_per_day=args.requests_per_day))
     return 0
+
+
+def cost_main(argv: Sequence[str] | None = None) -> int:
+    """``switchyard cost ...``: ``argv`` is what follows ``cost`` (``["estimate", "--gpu-hour-usd", ..]``)."""
+    from gateway.cli import main  # the one argument tree of every switchyard command
+
+    return main(["cost", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

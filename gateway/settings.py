@@ -20,6 +20,10 @@ class Settings:
     workers: int = 1
     """Worker processes (each with its own event loop)."""
     log_level: str = "info"
+    access_log_file: str | None = None
+    """A file for the access log (one JSON line a request); None: standard output. ``switchyard run``
+    uses ``.local/access.log`` unless the user asked for the lines (``SWITCHYARD_ACCESS_LOG`` or the
+    policy's ``telemetry.access_log``)."""
     reload_interval_s: float = 1.0
     """How often the policy files are checked for changes."""
     max_upstream_connections: int = 1024
@@ -44,6 +48,7 @@ class Settings:
             ("port", int),
             ("workers", int),
             ("log_level", str),
+            ("access_log_file", str),
             ("reload_interval_s", float),
             ("max_upstream_connections", int),
         ):

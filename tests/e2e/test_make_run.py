@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,6 +18,8 @@ from tests.support.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
+"""A line in the gateway's log format (gateway.cli.LOG_FORMAT)."""
 
 
 def test_gateway_run_with_the_local_engine(tmp_path: Path) -> None:
@@ -46,6 +50,7 @@ def test_gateway_run_with_the_local_engine(tmp_path: Path) -> None:
                 name, _, value = line.removeprefix("export ").strip().partition("=")
                 exports[name] = value
         assert len(exports) == 2, "".join(lines[-30:])
+        num_at_start = len(lines)
         assert exports["OPENAI_BASE_URL"] == f"http://127.0.0.1:{gateway_port}/v1"
         key = exports["OPENAI_API_KEY"]
         assert key not in (tmp_path / "local.yaml").read_text()  # only its hash is written
@@ -93,6 +98,18 @@ def test_gateway_run_with_the_local_engine(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         try:
-            proc.wait(20)
+            rest, _ = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+            rest, _ = proc.communicate()
+    lines += rest.splitlines(keepends=True)
+    # a quiet terminal: the banner comes after every start-up line, every log line has the gateway's
+    # format (the engine's and uvicorn's too), no access-log JSON (it went to a file), no progress bar
+    chatter = lines[1 : num_at_start - 3] + lines[num_at_start:]  # lines[0]: "starting the reference engine"
+    assert all(LOG_LINE.match(line) for line in chatter), "".join(chatter)
+    assert not any(" WARNING " in line or "Loading weights" in line for line in chatter), "".join(chatter)
+    assert any("engine ready" in line for line in lines[: num_at_start - 3])
+    assert any("Uvicorn running on" in line for line in lines[: num_at_start - 3])
+    assert lines[num_at_start - 3].startswith(f"Switchyard is ready on http://127.0.0.1:{gateway_port}")
+    access_log = [json.loads(line) for line in (tmp_path / ".local" / "access.log").read_text().splitlines()]
+    assert {"chat", "text_completion", "embeddings"} <= {entry["endpoint"] for entry in access_log}

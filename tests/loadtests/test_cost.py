@@ -12,6 +12,7 @@ from gateway.cost import (
     CostInputError,
     cost_main,
     monthly_cost_usd,
+    requests_per_month,
     throughput_from_bench_json,
     throughput_from_locust_csv,
     throughput_from_result,
@@ -109,3 +110,31 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as exit_info:
             cost_main(bad)
         assert exit_info.value.code == 2
+
+
+def test_requests_per_day_is_the_same_estimate_as_per_month(capsys: pytest.CaptureFixture[str]) -> None:
+    rest = ["--tokens-per-request", "500", "--gpu-seconds-per-token", "0.002", "--gpu-hour-usd", "3"]
+    # 2,400 a day in the 730-hour month the formula counts GPU-hours in: 2,400 x 730 / 24 = 73,000
+    assert requests_per_month(per_day=2400) == 73_000 == requests_per_month(per_month=73_000)
+    assert cost_main(["estimate", "--requests-per-month", "73000", *rest]) == 0
+    per_month = capsys.readouterr().out.splitlines()
+    assert cost_main(["estimate", "--requests-per-day", "2400", *rest]) == 0
+    per_day = capsys.readouterr().out.splitlines()
+    assert per_day[:2] == per_month[:2] and per_day[3:] == per_month[2:]
+    assert per_day[0] == f"monthly cost: ${73_000 * 500 * 0.002 * 3 / 3600:,.2f}"
+    assert per_day[2] == "  requests per month = 2,400 a day x 30.42 days"
+
+
+def test_requests_per_day_or_per_month_not_both(capsys: pytest.CaptureFixture[str]) -> None:
+    rest = ["--tokens-per-request", "1", "--gpu-seconds-per-token", "1", "--gpu-hour-usd", "1"]
+    both = ["estimate", "--requests-per-day", "1", "--requests-per-month", "30", *rest]
+    for bad in (both, ["estimate", *rest], ["estimate", "--requests-per-day", "0", *rest]):
+        with pytest.raises(SystemExit) as exit_info:
+            cost_main(bad)
+        assert exit_info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(CostInputError):
+        requests_per_month(per_month=1, per_day=1)
+    with pytest.raises(SystemExit):
+        cost_main(["estimate", "--help"])
+    assert "--requests-per-day N" in capsys.readouterr().out

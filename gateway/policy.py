@@ -130,6 +130,13 @@ class ApiKey(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     budget: Budget | None = None
     admin: bool = False
     """May read ``GET /v1/usage``."""
+    priority: int | None = None
+    """Scheduling priority sent upstream as ``priority`` (vLLM and the reference engine run lower
+    values first); overrides the tenant's. None: the tenant's, else none is sent."""
+    allow_client_priority: bool = False
+    """May requests set their own ``priority``? Off: a request that does is refused (400
+    ``priority_not_allowed``). On: it is forwarded, but never below (more urgent than) the key's
+    or tenant's ``priority``."""
 
     @property
     def key_id(self) -> str:
@@ -143,6 +150,8 @@ class Tenant(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     budget: Budget | None = None
     pools: dict[Name, RateLimits] = msgspec.field(default_factory=dict)
     """Per-pool limits for this tenant (``large: {requests_per_minute: 60}``)."""
+    priority: int | None = None
+    """Scheduling priority of this tenant's requests (lower runs first), for keys without their own."""
 
 
 class Auth(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -238,6 +247,13 @@ class Policy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     def is_auto(self, model: str) -> bool:
         return self.classifier is not None and self.pool_for_model(model) == self.auto_model
+
+    def priority_for(self, key: ApiKey | None, tenant: str) -> int | None:
+        """The scheduling priority the policy gives a caller: its key's, else its tenant's, else None."""
+        if key is not None and key.priority is not None:
+            return key.priority
+        tenant_policy = self.tenants.get(tenant)
+        return tenant_policy.priority if tenant_policy is not None else None
 
     def timeouts_for(self, pool: str) -> Timeouts:
         return self.pools[pool].timeouts or self.timeouts

@@ -246,9 +246,13 @@ class Metrics:
                     self.replica_load.labels(pool, label, signal).set(value)
 
     def record_call(self, call: Call, error: GatewayError | None) -> None:
-        """Everything a finished call tells the metrics (runs once per call, at its end)."""
+        """Everything a finished call tells the metrics (runs once per call, at its end).
+
+        ``pool`` is the pool that served the call: a fallback pool's name when one did (its latency,
+        tokens and errors are that pool's), else the pool asked for.
+        """
         endpoint = call.endpoint.name.lower()
-        pool = call.pool or "-"
+        pool = call.replica.pool if call.replica is not None else call.pool or "-"
         status = 200 if error is None else status_of(error)
         now = time.perf_counter()
         self.count_request(endpoint, pool, status)

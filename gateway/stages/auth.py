@@ -3,14 +3,19 @@
 ``Authorization: Bearer <key>``; the key is hashed and looked up among the policy's hashes. A
 missing, malformed, absurdly long or unknown key is a 401 ``invalid_api_key`` (unless the policy
 lets anonymous calls through). The key's text goes no further than this module.
+
+A request's own ``priority`` (engines that schedule by it run lower values first) would let any
+caller jump the queue: it is refused with a 400 ``priority_not_allowed`` unless the caller's key has
+``allow_client_priority``. The policy's own priority is added when the request is sent
+(``stages/upstream.py``), so it never enters cache keys.
 """
 
 from __future__ import annotations
 
-from gateway.errors import AuthenticationFailed
+from gateway.errors import AuthenticationFailed, InvalidRequest
 from gateway.keys import MAX_KEY_LENGTH, KeyIndex
 from gateway.pipeline import Call
-from gateway.policy import Policy
+from gateway.policy import ApiKey, Policy
 
 
 class KeyIndexCache:
@@ -41,8 +46,29 @@ def bearer_token(header: str | None) -> str | None:
     return token
 
 
+def check_priority(call: Call, key: ApiKey | None) -> None:
+    """Refuse a request's own ``priority`` unless its key may set one (a ``null`` one is dropped)."""
+    body = call.body
+    if "priority" not in body:
+        return
+    given = body["priority"]
+    if given is None:
+        del body["priority"]
+        return
+    if key is None or not key.allow_client_priority:
+        raise InvalidRequest(
+            "`priority` is set by the gateway's policy; this API key may not set its own.",
+            param="priority",
+            code="priority_not_allowed",
+        )
+    if not isinstance(given, int) or isinstance(given, bool):
+        raise InvalidRequest(
+            "Invalid value for 'priority': expected an integer.", param="priority", code="invalid_value"
+        )
+
+
 class Authenticate:
-    """Sets ``call.key`` and ``call.tenant``."""
+    """Sets ``call.key`` and ``call.tenant``; refuses a ``priority`` the key may not set."""
 
     name = "auth"
 
@@ -55,9 +81,11 @@ class Authenticate:
         key = self.keys.get(policy).lookup(token) if token is not None else None
         if key is not None:
             call.key, call.tenant = key, key.tenant
+            check_priority(call, key)
             return
         if not policy.auth.required:
             call.tenant = policy.auth.anonymous_tenant
+            check_priority(call, None)
             return
         if token is None:
             raise AuthenticationFailed(

@@ -3,7 +3,8 @@
 The inputs of ``/v1/embeddings`` are looked up one by one (one round trip for all of them). When
 every input hits, the response is built here; otherwise only the missing inputs go upstream and
 the answer is merged back in the original order, with the new vectors stored. Vectors are kept as
-the upstream's raw JSON values, so floats and base64 strings round-trip byte for byte.
+the upstream's raw JSON values, so floats and base64 strings round-trip byte for byte. Vectors a
+fallback pool served are not stored: they come from another model than the entry's pool names.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ class EmbeddingCacheStage:
             fresh = {item.index: bytes(item.embedding) for item in answer.data}
             if sorted(fresh) != list(range(len(missing))):
                 return result
-            if may_store:
+            served_by_pool = call.replica is None or call.replica.pool == call.pool
+            if may_store and served_by_pool:  # a fallback's vectors are another model's
                 await cache.put_many([(keys[i], fresh[n]) for n, i in enumerate(missing)], ttl_s)
             if len(missing) == len(inputs):
                 return result

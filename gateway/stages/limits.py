@@ -6,6 +6,10 @@ budgets). Tokens are reserved up front (prompt tokens counted with tiktoken plus
 settled to the upstream's reported usage when the response ends, however it ends. Every response
 carries OpenAI's ``x-ratelimit-*`` headers; a denial is a 429 with ``Retry-After`` (code
 ``insufficient_quota`` for budgets), a store that cannot answer under ``fail_closed`` a 503.
+
+A request that a fallback pool served counts against the limits of the pool the client asked for
+(they were checked before any replica was picked, and its settlement corrects that same
+reservation); its tokens are priced and recorded in the ledger at the pool that served it.
 """
 
 from __future__ import annotations
@@ -148,7 +152,7 @@ class EnforceLimits:
     def _settler(self, admission: Admission) -> Callable[[Call, GatewayError | None], Any]:
         async def settle(call: Call, error: GatewayError | None) -> None:
             usage = call.usage or estimated_usage(call)
-            pool = call.pool or "-"
+            pool = served_pool(call)
             price = call.policy.pools[pool].price if pool in call.policy.pools else None
             cost = price.cost_usd(usage.input_tokens, usage.output_tokens) if price else 0.0
             settlement = Settlement(
@@ -221,6 +225,13 @@ def max_output_tokens(call: Call) -> int:
         limit = call.policy.store.default_reserve_tokens
     n = body.get("n")
     return limit * (n if isinstance(n, int) and n > 0 else 1)
+
+
+def served_pool(call: Call) -> str:
+    """The pool whose replica answered (a fallback's, maybe), else the one asked for, else ``-``."""
+    if call.replica is not None:
+        return call.replica.pool
+    return call.pool or "-"
 
 
 def estimated_usage(call: Call) -> Usage:

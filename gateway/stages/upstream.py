@@ -1,11 +1,16 @@
 """Stage: call the chosen replica and turn its answer into the call's result.
 
 The body is forwarded with every unknown field intact; only ``model`` is rewritten to the
-replica's served name (and, for streams, ``stream_options.include_usage`` is switched on so the
-gateway can account tokens). Responses name the model the client asked for. A stream is relayed
-event by event (see ``gateway.sse``); everything that can fail before the first byte reaches the
-client fails as a plain HTTP error, anything later ends the stream with an error event and
-``[DONE]``.
+replica's served name (``priority`` is set from the policy, see below; for streams,
+``stream_options.include_usage`` is switched on so the gateway can account tokens). Responses name
+the model the client asked for. A stream is relayed event by event (see ``gateway.sse``);
+everything that can fail before the first byte reaches the client fails as a plain HTTP error,
+anything later ends the stream with an error event and ``[DONE]``.
+
+When the policy gives the caller's key or tenant a ``priority``, it is set here, at sending time, so
+it never enters cache keys. A client's own ``priority`` gets this far only when its key has
+``allow_client_priority`` (the auth stage refuses the rest), and may ask for a later place than the
+policy's, never an earlier one (engines run lower values first).
 """
 
 from __future__ import annotations
@@ -83,6 +88,10 @@ class CallUpstream:
         replica = state.replica
         body = call.body
         body["model"] = replica.model
+        priority = call.policy.priority_for(call.key, call.tenant)
+        if priority is not None:  # lower runs first: a client's own may not go below the policy's
+            given = body.get("priority")
+            body["priority"] = max(given, priority) if isinstance(given, int) else priority
         if call.is_stream:
             options = body.get("stream_options")
             body["stream_options"] = (

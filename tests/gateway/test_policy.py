@@ -97,3 +97,17 @@ def test_policy_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     bad = _write(tmp_path, "pools:\n  large:\n    replicas:\n      - {base_url: 'nope', model: m}\n")
     assert cli_main(["policy", "check", str(bad)]) == 1
     assert "pools.large.replicas[0].base_url: expected an http(s) URL" in capsys.readouterr().err
+
+
+def test_keys_and_tenants_carry_scheduling_priorities(tmp_path: Path) -> None:
+    policy = load_policy(REPO / "policies" / "examples" / "keys-and-limits.yaml")
+    keys = {key.key_id: key for key in policy.keys}
+    assert policy.priority_for(keys["acme-ci"], "acme") == 10  # the key's own
+    assert policy.priority_for(keys["acme-batch"], "acme") == 0  # its tenant's
+    assert policy.priority_for(None, "acme") == 0
+    assert policy.priority_for(keys["ops-admin"], "ops") is None  # none at all: none is sent
+    assert keys["acme-batch"].allow_client_priority and not keys["acme-ci"].allow_client_priority
+    key = "{sha256: " + "a" * 64 + ", tenant: a, priority: high}"
+    text = f"pools:\n  s:\n    replicas: [{{base_url: 'http://x', model: m}}]\nkeys: [{key}]\n"
+    with pytest.raises(PolicyError, match=r"keys\[0\].priority: expected `int \| null`, got `str`"):
+        load_policy(_write(tmp_path, text))

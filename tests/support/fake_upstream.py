@@ -10,9 +10,14 @@ every replica of a test policy:
 - ``bad-json``      200 with a body that is not JSON
 - ``malformed-sse`` a stream whose second event is not JSON
 - ``cut-stream``    a stream that stops (connection closed) after two events
+- ``stall-stream``  a stream that sends its role and first two words, then nothing (idle timeouts)
 - ``slow-stream``   a stream with one event per 50 ms, 200 events (for disconnect tests)
+- ``slow-body``     200 and its headers at once, then a JSON body trickled over ~3 s (total timeouts)
 - ``slow-echo``     like ``echo`` after 300 ms (for single-flight tests)
 - ``ratelimited``   an OpenAI-shaped 429
+
+Embeddings are ``fake_vector(model, text)``: three floats derived from the served model and the
+input, so every input (and every model) gets its own vector.
 
 Every request's JSON body is recorded in ``requests``; streams the client abandoned are counted
 in ``num_streams_cancelled`` with the time the upstream noticed.
@@ -21,6 +26,7 @@ in ``num_streams_cancelled`` with the time the upstream noticed.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import threading
 import time
@@ -29,6 +35,14 @@ from typing import Any
 from aiohttp import web
 
 from tests.support.redis_server import free_port
+
+
+def fake_vector(model: str, text: object) -> list[float]:
+    """The fake's embedding of ``text`` (a string, or a token list) under ``model``: deterministic,
+    and distinct per input and model."""
+    seed = text if isinstance(text, str) else json.dumps(text)
+    digest = hashlib.sha256(f"{model}\0{seed}".encode()).digest()
+    return [int.from_bytes(digest[i : i + 4], "big") / 2**32 for i in (0, 4, 8)]
 
 
 def _chat_body(model: str, content: str, usage: tuple[int, int]) -> dict[str, Any]:
@@ -167,9 +181,25 @@ class FakeUpstream:
         body, model, early = await self._common(request)
         if early is not None:
             return early
+        if model == "slow-body":
+            return await self._slow_body(
+                request, _chat_body(model, "".join(self.WORDS), (11, len(self.WORDS)))
+            )
         if not body.get("stream"):
             return web.json_response(_chat_body(model, "".join(self.WORDS), (11, len(self.WORDS))))
         return await self._stream(request, body, model)
+
+    async def _slow_body(self, request: web.Request, document: dict[str, Any]) -> web.StreamResponse:
+        payload = json.dumps(document).encode()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.content_length = len(payload)
+        await response.prepare(request)
+        step = max(1, len(payload) // 30)
+        for start in range(0, len(payload), step):  # ~30 pieces, 100 ms apart
+            await response.write(payload[start : start + step])
+            await asyncio.sleep(0.1)
+        await response.write_eof()
+        return response
 
     async def _stream(self, request: web.Request, body: dict[str, Any], model: str) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -189,6 +219,8 @@ class FakeUpstream:
                     assert request.transport is not None
                     request.transport.close()
                     return response
+                if model == "stall-stream" and i == 2:
+                    await asyncio.sleep(3600)
                 await response.write(_chunk(model, {"content": word}))
             await response.write(_chunk(model, {}, "stop"))
             if include_usage:
@@ -236,8 +268,12 @@ class FakeUpstream:
         body, model, early = await self._common(request)
         if early is not None:
             return early
-        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
-        data = [{"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3]} for i in range(len(inputs))]
+        raw = body["input"]  # a string, a token list, or a list of either
+        inputs = raw if isinstance(raw, list) and raw and not isinstance(raw[0], int) else [raw]
+        data = [
+            {"object": "embedding", "index": i, "embedding": fake_vector(model, text)}
+            for i, text in enumerate(inputs)
+        ]
         return web.json_response(
             {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": 4, "total_tokens": 4}}
         )
@@ -246,13 +282,19 @@ class FakeUpstream:
         def run() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
-            self._runner = web.AppRunner(self._app(), handle_signals=False)
+            # stop() cancels what still runs (a "hang", a stalled stream) instead of waiting for it
+            self._runner = web.AppRunner(self._app(), handle_signals=False, shutdown_timeout=0.1)
             loop.run_until_complete(self._runner.setup())
             site = web.TCPSite(self._runner, "127.0.0.1", self.port)
             loop.run_until_complete(site.start())
             self._started.set()
             loop.run_forever()
             loop.run_until_complete(self._runner.cleanup())
+            pending = asyncio.all_tasks(loop)
+            if pending:
+                for task in pending:
+                    task.cancel()
+                loop.run_until_complete(asyncio.wait(pending))
             loop.close()
 
         self._thread = threading.Thread(target=run, daemon=True)

@@ -57,6 +57,18 @@ def _usage(gateway: GatewayServer) -> dict[str, Any]:
     return httpx.get(gateway.url + "/v1/usage", headers={"Authorization": f"Bearer {ADMIN}"}).json()
 
 
+def _settled(gateway: GatewayServer, num_requests: int, timeout_s: float = 10.0) -> dict[str, Any]:
+    """Key k's ledger once it holds ``num_requests``: a request settles after its response is sent."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        acme = _usage(gateway)["tenants"].get("acme")
+        if acme is not None and acme["keys"]["k"]["requests"] >= num_requests:
+            return acme
+        if time.monotonic() > deadline:
+            raise AssertionError(f"key k never settled {num_requests} requests: {acme!r}")
+        time.sleep(0.02)
+
+
 def test_requests_per_minute(tmp_path: Path, upstream: FakeUpstream, store: Store) -> None:
     gateway = _gateway(tmp_path, upstream, store, {"limits": {"requests_per_minute": 3}})
     try:
@@ -87,17 +99,20 @@ def test_tokens_per_minute_reserve_then_settle_and_the_ledger(
     try:
         client = _client(gateway)
         # each call reserves its prompt (~8 tokens) + 50 and settles to the fake's 11 + 6 = 17
-        for _ in range(3):
+        for i in range(3):
             raw = client.chat.completions.with_raw_response.create(
-                model="small", messages=MESSAGES, max_tokens=50
-            )  # type: ignore[arg-type]
+                model="small",
+                messages=MESSAGES,  # type: ignore[arg-type]
+                max_tokens=50,
+            )
             assert raw.headers["x-ratelimit-limit-tokens"] == "100"
+            _settled(gateway, i + 1)  # the next admit must see this reservation settled
         with pytest.raises(openai.RateLimitError):
             client.chat.completions.create(model="small", messages=MESSAGES, max_tokens=50)  # type: ignore[arg-type]
         with pytest.raises(openai.RateLimitError) as info:  # can never fit: says so
             client.chat.completions.create(model="small", messages=MESSAGES, max_tokens=500)  # type: ignore[arg-type]
         assert "too large" in info.value.message
-        acme = _usage(gateway)["tenants"]["acme"]
+        acme = _settled(gateway, 3)
         assert acme["keys"]["k"] == {"requests": 3, "input_tokens": 33, "output_tokens": 18, "cost_usd": 0.0}
         assert acme["pools"]["small"]["input_tokens"] == 33
     finally:
@@ -111,10 +126,11 @@ def test_budget_gives_insufficient_quota(tmp_path: Path, upstream: FakeUpstream,
     try:
         client = _client(gateway)
         client.chat.completions.create(model="small", messages=MESSAGES)  # type: ignore[arg-type]
+        _settled(gateway, 1)  # budgets count settled spend
         with pytest.raises(openai.RateLimitError) as info:
             client.chat.completions.create(model="small", messages=MESSAGES)  # type: ignore[arg-type]
         assert info.value.code == "insufficient_quota"
-        spend = _usage(gateway)["tenants"]["acme"]["keys"]["k"]["cost_usd"]
+        spend = _settled(gateway, 1)["keys"]["k"]["cost_usd"]
         assert spend == pytest.approx((11 * 1.0 + 6 * 2.0) / 1000)
     finally:
         gateway.stop()
@@ -151,7 +167,7 @@ def test_concurrency_lease_is_released_when_the_client_leaves(
                 time.sleep(0.02)
             assert third.status_code == 200
         # the cut stream was settled once, with an estimate: prompt tokens + events relayed
-        keys = _usage(gateway)["tenants"]["acme"]["keys"]["k"]
+        keys = _settled(gateway, 2)["keys"]["k"]
         assert keys["requests"] == 2 and keys["output_tokens"] >= 7
     finally:
         gateway.stop()
@@ -181,7 +197,7 @@ def test_usage_of_a_key_without_limits_is_in_the_ledger(
     try:
         raw = _client(gateway).chat.completions.with_raw_response.create(model="small", messages=MESSAGES)  # type: ignore[arg-type]
         assert "x-ratelimit-limit-requests" not in raw.headers  # nothing limits it
-        assert _usage(gateway)["tenants"]["acme"]["keys"]["k"] == {
+        assert _settled(gateway, 1)["keys"]["k"] == {
             "requests": 1,
             "input_tokens": 11,
             "output_tokens": 6,

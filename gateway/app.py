@@ -26,6 +26,7 @@ from litestar.plugins.core import MsgspecDIPlugin
 from gateway.errors import (
     AuthenticationFailed,
     BodyTooLarge,
+    ClientDisconnected,
     GatewayError,
     InvalidRequest,
     MethodNotAllowed,
@@ -186,6 +187,10 @@ class Gateway:
             for result_filter in call.result_filters:
                 result = await result_filter(call, result)
             return call, result
+        except asyncio.CancelledError:  # the client left; the pipeline finished the call unless a filter ran
+            if call is not None:
+                await call.finish(ClientDisconnected("The client closed the connection."))
+            raise
         except GatewayError as error:
             if call is None:
                 self.metrics.count_request(endpoint.name.lower(), "-", status_of(error))
@@ -225,7 +230,11 @@ def _http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Resp
     if exc.status_code == 404:
         error = NotFound(f"Unknown request URL: {request.method} {request.url.path}.")
     elif exc.status_code == 405:
-        error = MethodNotAllowed(f"Method {request.method} is not allowed for {request.url.path}.")
+        allow = (exc.headers or {}).get("allow")  # Litestar names the route's methods
+        error = MethodNotAllowed(
+            f"Method {request.method} is not allowed for {request.url.path}.",
+            headers={"Allow": allow} if allow else None,
+        )
     elif exc.status_code == 413:
         error = BodyTooLarge("Request body is too large.")
     elif exc.status_code < 500:

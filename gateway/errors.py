@@ -16,6 +16,7 @@
     |   +-- UpstreamStatusError       (the upstream's own 4xx, relayed with its status)
     +-- UpstreamTimeout               (504 upstream_timeout)
     +-- ServiceUnavailable            (503 no_healthy_replica / store_unavailable, Retry-After)
+    +-- ClientDisconnected            (499 client_closed_request: never sent; it names the outcome)
 
 Foreign exceptions (aiohttp, msgspec, redis) are translated at the edge that meets them; the app
 installs one exception handler that renders any of these with :func:`render`.
@@ -159,6 +160,15 @@ class UpstreamTimeout(GatewayError):
     status = 504
     type = "server_error"
     default_code = "upstream_timeout"
+
+
+class ClientDisconnected(GatewayError):
+    """The client went away before its response was complete (nginx's 499). Nothing is sent; it is what
+    finishers, metrics and logs record for such a request."""
+
+    status = 499
+    type = "invalid_request_error"
+    default_code = "client_closed_request"
 
 
 class ServiceUnavailable(GatewayError):

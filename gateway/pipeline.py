@@ -14,6 +14,7 @@ or when a stream ends, however it ends.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.errors import GatewayError
+from gateway.errors import ClientDisconnected, GatewayError
 from gateway.tracing import REQUEST_SPAN
 
 if TYPE_CHECKING:
@@ -179,6 +180,9 @@ class Pipeline:
                         break
         except GatewayError as error:
             await call.finish(error)
+            raise
+        except asyncio.CancelledError:  # the client left (gateway.proxy cancels the request)
+            await call.finish(ClientDisconnected("The client closed the connection."))
             raise
         except BaseException:
             await call.finish(GatewayError("internal error"))

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.access_log import AccessLog
-from gateway.errors import BodyTooLarge, GatewayError, MethodNotAllowed, render
+from gateway.errors import BodyTooLarge, ClientDisconnected, GatewayError, MethodNotAllowed, render
 from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult
 from gateway.telemetry_config import TelemetryCache
 from gateway.tracing import REQUEST_SPAN, GatewayTracer, RequestSpan
@@ -153,6 +153,43 @@ async def _send_bytes(
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+class ClientWatch:
+    """Cancels the task serving a request when its client disconnects, from the moment the body has been
+    read until ``stop()``: a plain request's upstream call is aborted as promptly as a stream's relay
+    (the engine stops generating for nobody). Stopped before the last byte is sent, because the server
+    reports a finished response as a disconnect too."""
+
+    def __init__(self, receive: Receive) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.is_client_gone = False
+        self._is_stopped = False
+        self._watcher = asyncio.get_running_loop().create_task(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                if not self._is_stopped:
+                    self.is_client_gone = True
+                    self.task.cancel()
+                return
+
+    def stop(self) -> None:
+        if not self._is_stopped:
+            self._is_stopped = True
+            self._watcher.cancel()
+
+    def absorb(self) -> bool:
+        """In an ``except CancelledError``: True (and the cancellation undone) when it was ours, for a
+        client that left; False when someone else cancelled the task (then re-raise)."""
+        if not self.is_client_gone:
+            return False
+        self.task.uncancel()
+        return True
+
+
 async def serve(
     gateway: Gateway,
     endpoint: Endpoint,
@@ -176,23 +213,37 @@ async def serve(
             token = REQUEST_SPAN.set(span)  # the pipeline picks it up
     call: Call | None = None
     outcome: BytesResult | StreamResult | GatewayError | None = None
+    watch: ClientWatch | None = None
     status = 500
     try:
         try:
             if scope["method"] != "POST":
-                raise MethodNotAllowed(f"Method {scope['method']} is not allowed for {scope['path']}.")
+                raise MethodNotAllowed(
+                    f"Method {scope['method']} is not allowed for {scope['path']}.", headers={"Allow": "POST"}
+                )
             raw = await read_body(receive, headers, gateway.settings.hard_max_body_bytes)
+            watch = ClientWatch(receive)
             call, outcome = await gateway.handle(endpoint, headers, raw, request_id)
         except GatewayError as error:
             outcome = error
+        except asyncio.CancelledError:
+            if watch is None or not watch.absorb():
+                raise
+            outcome = ClientDisconnected("The client closed the connection before the response.")
         except Exception as error:  # a bug: still OpenAI-shaped, never a bare 500 page
             logger.exception("unexpected error on %s", scope["path"])
             outcome = GatewayError("The server had an error processing your request.")
             del error
-        if isinstance(outcome, GatewayError):
+        if isinstance(outcome, ClientDisconnected):
+            status = outcome.status  # nobody is listening: nothing to send
+        elif isinstance(outcome, GatewayError):
+            if watch is not None:
+                watch.stop()
             status, body, extra = render(outcome)
             await _send_bytes(send, status, _JSON, body, _header_list(request_id, call, extra))
         elif isinstance(outcome, BytesResult):
+            assert watch is not None
+            watch.stop()
             status = outcome.status
             await _send_bytes(
                 send,
@@ -202,10 +253,12 @@ async def serve(
                 _header_list(request_id, call, {}),
             )
         elif outcome is not None:
-            assert call is not None
+            assert call is not None and watch is not None
             status = outcome.status
-            await _send_stream(call, outcome, _header_list(request_id, call, {}), receive, send)
+            await _send_stream(call, outcome, _header_list(request_id, call, {}), watch, send)
     finally:
+        if watch is not None:
+            watch.stop()
         failure = outcome if isinstance(outcome, GatewayError) else None
         try:
             if call is not None:
@@ -228,23 +281,9 @@ async def serve(
 
 
 async def _send_stream(
-    call: Call, result: StreamResult, headers: list[tuple[bytes, bytes]], receive: Receive, send: Send
+    call: Call, result: StreamResult, headers: list[tuple[bytes, bytes]], watch: ClientWatch, send: Send
 ) -> None:
-    """Relay a stream; a client disconnect cancels the relay at once."""
-    task = asyncio.current_task()
-    assert task is not None
-    state = {"done": False, "disconnected": False}
-
-    async def watch_disconnect() -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                if not state["done"]:
-                    state["disconnected"] = True
-                    task.cancel()
-                return
-
-    watcher = asyncio.get_running_loop().create_task(watch_disconnect())
+    """Relay a stream; a client disconnect cancels the relay at once (``watch``)."""
     events = result.events
     try:
         await send(
@@ -252,15 +291,13 @@ async def _send_stream(
         )
         async for chunk in events:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        state["done"] = True
+        watch.stop()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     except asyncio.CancelledError:
-        if not state["disconnected"]:
+        if not watch.absorb():
             raise
-        task.uncancel()  # our own cancellation, for a client that left: not an error
     finally:
-        state["done"] = True
-        watcher.cancel()
+        watch.stop()
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
             await aclose()  # closes the upstream connection if the relay did not finish

@@ -81,6 +81,29 @@ _REQUIRED: dict[Endpoint, tuple[str, ...]] = {
 _AT = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
 _decoder = msgspec.json.Decoder()
 
+MAX_JSON_DEPTH = 128
+"""Deepest nesting of arrays and objects a request body may have. Later stages walk the body (cache keys,
+token counts, prefix hashing) and Python's stack would give out near 1,000; real requests (JSON schemas
+included) stay far below this."""
+_TOO_DEEP = (
+    f"The JSON body of your request is nested more than {MAX_JSON_DEPTH} levels deep. "
+    "The OpenAI API expects a JSON payload."
+)
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether arrays and objects in ``value`` nest more than ``limit`` deep (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values() if isinstance(child, dict | list))
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item if isinstance(child, dict | list))
+    return False
+
 
 def _validation_error(error: msgspec.ValidationError) -> InvalidRequest:
     text = str(error)
@@ -107,6 +130,11 @@ def parse_body(endpoint: Endpoint, raw: bytes) -> tuple[dict[str, Any], ParsedRe
         raise InvalidJSON(
             f"We could not parse the JSON body of your request ({e}). The OpenAI API expects a JSON payload."
         ) from None
+    except RecursionError:  # msgspec gives up near depth 1,000
+        raise InvalidJSON(_TOO_DEEP) from None
+    # fewer brackets than the limit cannot nest past it: the walk is for the rare body with many
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _depth_exceeds(body, MAX_JSON_DEPTH):
+        raise InvalidJSON(_TOO_DEEP)
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", code="invalid_type")
     for name in _REQUIRED[endpoint]:

@@ -26,6 +26,8 @@ def decode_request(body: bytes, request_type: type[R]) -> R:
         raise InvalidRequest(str(exc), param=param_from_msgspec(str(exc))) from exc
     except msgspec.DecodeError as exc:
         raise InvalidJSON(f"The request body is not valid JSON: {exc}") from exc
+    except RecursionError:  # msgspec gives up near depth 1,000: a bad body, not a server fault
+        raise InvalidJSON("The request body is nested too deeply.") from None
 
 
 def sampling_params(

@@ -200,7 +200,12 @@ def test_body_over_limit_is_413(gateway: GatewayServer) -> None:
 
 def test_unknown_route_and_method_are_openai_shaped(gateway: GatewayServer) -> None:
     _assert_error_shape(httpx.get(gateway.url + "/v1/nope"), 404)
-    _assert_error_shape(httpx.get(gateway.url + "/v1/chat/completions"), 405)
+    wrong = httpx.get(gateway.url + "/v1/chat/completions")
+    _assert_error_shape(wrong, 405)
+    assert wrong.headers["allow"] == "POST"  # RFC 9110: a 405 names the methods that work
+    wrong = httpx.post(gateway.url + "/v1/models")
+    _assert_error_shape(wrong, 405)
+    assert "GET" in wrong.headers["allow"]
 
 
 # --- upstream faults ----------------------------------------------------------------------------

@@ -6,7 +6,8 @@ every replica of a test policy:
 - ``echo``          a normal chat / completion / embedding response (and SSE stream)
 - ``fail-500``      HTTP 500
 - ``reject-400``    an OpenAI-shaped 400
-- ``hang``          accepts and never answers
+- ``hang``          accepts and never answers (a client that closes the connection is counted in
+                    ``num_hangs_abandoned``: how a test sees a plain request aborted upstream)
 - ``bad-json``      200 with a body that is not JSON
 - ``malformed-sse`` a stream whose second event is not JSON
 - ``cut-stream``    a stream that stops (connection closed) after two events
@@ -104,6 +105,7 @@ class FakeUpstream:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.num_streams_cancelled = 0
+        self.num_hangs_abandoned = 0
         self.cancelled_at: list[float] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -121,6 +123,13 @@ class FakeUpstream:
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/health", self._health)
         return app
+
+    async def _hang(self, request: web.Request) -> None:
+        """Never answer; count the request when its client closes the connection."""
+        while request.transport is not None and not request.transport.is_closing():
+            await asyncio.sleep(0.01)
+        self.num_hangs_abandoned += 1
+        raise asyncio.CancelledError  # nobody is left to answer
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -149,7 +158,7 @@ class FakeUpstream:
                 ),
             )
         if model == "hang":
-            await asyncio.sleep(3600)
+            await self._hang(request)
         if model == "slow-echo":
             await asyncio.sleep(0.3)
         if model == "ratelimited":

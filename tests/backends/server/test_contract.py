@@ -277,6 +277,10 @@ def test_embeddings_with_fake_embedder(client: openai.OpenAI) -> None:
 def test_invalid_json_is_400(base_url: str) -> None:
     assert_error(post(base_url, "/v1/chat/completions", b"{not json"), 400, "invalid_json")
     assert_error(post(base_url, "/v1/chat/completions", b""), 400, "invalid_json")
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
+        for depth in (1_000, 100_000):  # msgspec's own limit is near 1,000: a 400, never a 500
+            deep = b'{"model": "m", "x": ' + b"[" * depth + b"]" * depth + b"}"
+            assert_error(post(base_url, path, deep), 400, "invalid_json")
     assert_error(post(base_url, "/v1/chat/completions", b"[1, 2]"), 400)
 
 

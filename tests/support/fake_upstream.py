@@ -126,7 +126,7 @@ class FakeUpstream:
 
     async def _hang(self, request: web.Request) -> None:
         """Never answer; count the request when its client closes the connection."""
-        while request.transport is not None and not request.transport.is_closing():
+        while request.transport is not None and not request.transport.is_closing():  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         self.num_hangs_abandoned += 1
         raise asyncio.CancelledError  # nobody is left to answer

@@ -1,4 +1,4 @@
-"""bench/cache_ops.py (quoted in the README) runs, on memory and on a real Redis."""
+"""bench/cache_ops.py (quoted in docs/benchmarks.md) runs, on memory and on a real Redis."""
 
 from __future__ import annotations
 
@@ -13,4 +13,4 @@ async def test_bench_runs_on_memory_and_redis(redis_flushed: str) -> None:
     await redis_blobs.close()
     assert memory.keys() == redis.keys()
     assert all(p50 > 0 for p50, _ in redis.values())
-    assert cache_ops.ENTRY.num_bytes > 1900  # the "2 KB entry" the README quotes
+    assert cache_ops.ENTRY.num_bytes > 1900  # the "2 KB entry" docs/benchmarks.md quotes

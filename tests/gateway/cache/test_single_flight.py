@@ -90,7 +90,7 @@ async def test_followers_wait_no_longer_than_their_budget(backend: Backend) -> N
     flight = SingleFlight(ResponseCache(backend.blobs()), on_event=events)
     slow = Producer(delay_s=0.5)
     leader = asyncio.create_task(flight.load(KEY, slow, ttl_s=60, wait_s=5))
-    while flight.num_in_flight == 0:  # the leader has taken the lead
+    while flight.num_in_flight == 0:  # noqa: ASYNC110 (the leader has taken the lead)
         await asyncio.sleep(0.001)
     follower = await flight.acquire(KEY, wait_s=0.05)
     assert not leader.done()  # it gave up on its own budget, not when the leader finished

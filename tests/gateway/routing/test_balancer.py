@@ -310,10 +310,9 @@ def test_pick_is_cheap() -> None:
     assert per_pick_us < 50  # ~3-5 us here; generous for a busy CI machine
 
 
-def test_the_readme_policy_example_loads() -> None:
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    section = readme.split("## Replica choice, health and fallbacks", 1)[1]
-    block = section.split("### Policy", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+def test_the_docs_policy_example_loads() -> None:
+    page = (Path(__file__).resolve().parents[3] / "docs" / "replicas.md").read_text()
+    block = page.split("\n## Policy\n", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     config = convert_routing(yaml.safe_load(block)["routing"])
     pools = {
         name: SimpleNamespace(replicas=[SimpleNamespace(label=label)])

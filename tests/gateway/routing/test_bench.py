@@ -1,4 +1,4 @@
-"""The README's bench command runs and reports every classifier and size."""
+"""The bench command docs/benchmarks.md quotes runs and reports every classifier and size."""
 
 from __future__ import annotations
 

@@ -162,7 +162,7 @@ class AccessLog:
                 latency_ms,
                 call.model,
                 call.tenant,
-                call.pool,
+                call.served_pool,
                 replica.label if replica is not None else None,
                 usage.input_tokens if usage is not None else None,
                 usage.output_tokens if usage is not None else None,

@@ -130,6 +130,11 @@ class Call:
     _finishers: list[Finisher] = field(default_factory=list)
     _is_finished: bool = False
 
+    @property
+    def served_pool(self) -> str | None:
+        """The pool whose replica answered: a fallback's when one served, else the pool asked for."""
+        return self.replica.pool if self.replica is not None else self.pool
+
     def on_finish(self, finisher: Finisher) -> None:
         """Run ``finisher`` once when the response is over (in reverse order of registration)."""
         self._finishers.append(finisher)

@@ -28,7 +28,8 @@ from gateway.stores.keys import KeySpace
 
 # Fields that never change the answer: delivery (stream), accounting and tracing.
 IGNORED_FIELDS = frozenset(
-    {"stream", "stream_options", "user", "metadata", "store", "service_tier", "cache_salt"}
+    # priority orders the engine's queue, never the answer
+    {"stream", "stream_options", "user", "metadata", "store", "service_tier", "cache_salt", "priority"}
 )
 _FLOAT_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 _encode_sorted = msgspec.json.Encoder(order="sorted").encode

@@ -90,7 +90,8 @@ class ResponseCacheStage:
 
         async def store(call: Call, error: GatewayError | None) -> None:
             new: Entry | None = None
-            if error is None and may_store:
+            # a fallback pool's answer comes from another model: never stored under this pool's key
+            if error is None and may_store and call.served_pool == call.pool:
                 if accumulator is not None:
                     usage = call.usage
                     new = accumulator.entry(

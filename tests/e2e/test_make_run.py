@@ -55,6 +55,17 @@ def test_gateway_run_with_the_local_engine(tmp_path: Path) -> None:
         key = exports["OPENAI_API_KEY"]
         assert key not in (tmp_path / "local.yaml").read_text()  # only its hash is written
 
+        # the README's first snippet, as a new user pastes it after the two exports
+        snippet = (REPO / "README.md").read_text().split("```python\n", 1)[1].split("```", 1)[0]
+        ran = subprocess.run(
+            [sys.executable, "-c", snippet],
+            env={**os.environ, **exports},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ran.returncode == 0 and "Paris" in ran.stdout, ran.stdout + ran.stderr
+
         client = openai.OpenAI(base_url=exports["OPENAI_BASE_URL"], api_key=key, max_retries=0, timeout=120)
         answer = client.chat.completions.create(
             model="gpt-4o-mini",

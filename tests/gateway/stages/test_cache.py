@@ -211,3 +211,22 @@ def test_corrupt_entry_in_redis_is_a_miss_and_is_deleted(
     finally:
         gateway.stop()
         client.close()
+
+
+def test_a_fallback_pools_answer_is_not_stored(
+    tmp_path: Path, upstream: FakeUpstream, backend: str | None
+) -> None:
+    document = fake_policy(upstream.base_url)
+    document["pools"]["primary"] = {"replicas": [{"base_url": "http://127.0.0.1:9/v1", "model": "echo"}]}
+    document["routing"] = {"health": {"probe_interval_s": 0}, "pools": {"primary": {"fallbacks": ["small"]}}}
+    document["retry"] = {"max_attempts": 2, "backoff_s": 0.001}
+    document["store"] = {"url_env": "SWITCHYARD_REDIS_URL"}
+    gateway = GatewayServer(write_policy(tmp_path / "policy.yaml", document)).start()
+    try:
+        body = {**ASK, "model": "primary", "messages": [{"role": "user", "content": "fall back"}]}
+        for _ in range(2):  # another model answered: this pool's cache never keeps it
+            response = _post(gateway, body)
+            assert response.status_code == 200 and response.headers["x-switchyard-fallback-pool"] == "small"
+            assert response.headers["x-switchyard-cache"] == "miss"
+    finally:
+        gateway.stop()

@@ -108,13 +108,20 @@ def _wait_http_ok(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | No
     return False
 
 
-def _banner(settings: Settings, api_key: str) -> str:
+def _banner(settings: Settings, api_key: str | None) -> str:
+    """The ready lines; with ``api_key`` None (auth required, no key known here) the key line says how
+    to get one instead of printing a key the gateway would refuse."""
     url = f"http://{settings.host}:{settings.port}"
     access_log = f" (access log: {settings.access_log_file})" if settings.access_log_file else ""
+    key_line = (
+        f"export OPENAI_API_KEY={api_key}\n"
+        if api_key is not None
+        else "export OPENAI_API_KEY=...   # auth is on: one of the policy's keys "
+        "(`switchyard keys new --tenant NAME` makes one)\n"
+    )
     return (
         f"Switchyard is ready on {url}{access_log}. Paste into a shell:\n"
-        f"export OPENAI_BASE_URL={url}/v1\n"
-        f"export OPENAI_API_KEY={api_key}\n"
+        f"export OPENAI_BASE_URL={url}/v1\n" + key_line
     )
 
 
@@ -155,7 +162,7 @@ def _quiet_single_process_salt(settings: Settings, policy: Policy) -> None:
         os.environ[secret_env] = secrets.token_hex(16)
 
 
-def serve(settings: Settings, *, api_key: str = "sk-anything") -> int:
+def serve(settings: Settings, *, api_key: str | None = None) -> int:
     """Run the gateway with uvicorn on uvloop and httptools (about 1.5x asyncio + h11); print the
     banner (the two ``export`` lines) once it answers."""
     import uvicorn
@@ -178,7 +185,7 @@ def serve(settings: Settings, *, api_key: str = "sk-anything") -> int:
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        http="gateway.http_protocol:GuardedHttpToolsProtocol",  # httptools + a request-header deadline
         access_log=False,
         log_config=logging_config(settings),
         log_level=settings.log_level,
@@ -186,6 +193,8 @@ def serve(settings: Settings, *, api_key: str = "sk-anything") -> int:
         timeout_keep_alive=30,
         backlog=4096,
     )
+    if api_key is None and not policy.auth.required:
+        api_key = "sk-anything"  # any key passes; the SDK insists on one
     banner = _banner(settings, api_key)
     if settings.workers > 1:
         # every worker's metrics in one /metrics: prometheus_client's multiprocess mode, set up

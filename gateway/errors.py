@@ -6,6 +6,7 @@
     +-- InvalidRequest                (400 invalid_request_error)
     |   +-- InvalidJSON               (400 invalid_json)
     |   +-- BodyTooLarge              (413 request_too_large)
+    |   +-- RequestTimeout            (408 request_timeout: headers or body too slow to arrive)
     +-- AuthenticationFailed          (401 invalid_api_key)
     +-- PermissionDenied              (403 / 404 model_not_found, as OpenAI answers)
     +-- ModelNotFound                 (404 model_not_found)
@@ -90,6 +91,13 @@ class InvalidJSON(InvalidRequest):
 class BodyTooLarge(InvalidRequest):
     status = 413
     default_code = "request_too_large"
+
+
+class RequestTimeout(InvalidRequest):
+    """The client was too slow to send its request (headers or body); the connection is closed."""
+
+    status = 408
+    default_code = "request_timeout"
 
 
 class AuthenticationFailed(GatewayError):

@@ -16,7 +16,14 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.access_log import AccessLog
-from gateway.errors import BodyTooLarge, ClientDisconnected, GatewayError, MethodNotAllowed, render
+from gateway.errors import (
+    BodyTooLarge,
+    ClientDisconnected,
+    GatewayError,
+    MethodNotAllowed,
+    RequestTimeout,
+    render,
+)
 from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult
 from gateway.telemetry_config import TelemetryCache
 from gateway.tracing import REQUEST_SPAN, GatewayTracer, RequestSpan
@@ -107,8 +114,21 @@ class ProxyApp:
         await self.litestar(scope, receive, send)  # type: ignore[arg-type]
 
 
-async def read_body(receive: Receive, headers: Mapping[str, str], limit: int) -> bytes:
-    """The whole request body; BodyTooLarge as soon as it passes ``limit`` (declared or not)."""
+async def read_body(
+    receive: Receive, headers: Mapping[str, str], limit: int, timeout_s: float = 30.0
+) -> bytes:
+    """The whole request body; BodyTooLarge as soon as it passes ``limit`` (declared or not),
+    RequestTimeout (the connection then closes) when it has not all arrived within ``timeout_s``."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read_body(receive, headers, limit)
+    except TimeoutError:
+        raise RequestTimeout(
+            f"The request body did not arrive within {timeout_s:g} seconds.", headers={"Connection": "close"}
+        ) from None
+
+
+async def _read_body(receive: Receive, headers: Mapping[str, str], limit: int) -> bytes:
     declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(f"Request body of {declared} bytes is over the limit of {limit} bytes.")
@@ -221,7 +241,10 @@ async def serve(
                 raise MethodNotAllowed(
                     f"Method {scope['method']} is not allowed for {scope['path']}.", headers={"Allow": "POST"}
                 )
-            raw = await read_body(receive, headers, gateway.settings.hard_max_body_bytes)
+            settings = gateway.settings
+            raw = await read_body(
+                receive, headers, settings.hard_max_body_bytes, settings.body_read_timeout_s
+            )
             watch = ClientWatch(receive)
             call, outcome = await gateway.handle(endpoint, headers, raw, request_id)
         except GatewayError as error:

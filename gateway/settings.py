@@ -30,6 +30,10 @@ class Settings:
     """Size of the upstream connection pool per process."""
     hard_max_body_bytes: int = 64 * 1024 * 1024
     """A ceiling above any policy's ``limits.max_body_bytes``."""
+    header_read_timeout_s: float = 10.0
+    """A request's headers must arrive within this many seconds, or it gets 408 and the connection closes."""
+    body_read_timeout_s: float = 30.0
+    """A proxied request's whole body must arrive within this many seconds, or it gets 408."""
 
     @property
     def overlay_path(self) -> str:
@@ -51,6 +55,8 @@ class Settings:
             ("access_log_file", str),
             ("reload_interval_s", float),
             ("max_upstream_connections", int),
+            ("header_read_timeout_s", float),
+            ("body_read_timeout_s", float),
         ):
             raw = env.get(f"SWITCHYARD_{name.upper()}")
             if raw is not None:

@@ -175,3 +175,45 @@ def test_run_prints_the_banner_last_and_keeps_the_terminal_quiet(tmp_path: Path)
     assert not any(" WARNING " in line for line in at_start + after)
     entries = [json.loads(line) for line in (tmp_path / DEV_ACCESS_LOG).read_text().splitlines()]
     assert [(e["endpoint"], e["status"], e["tenant"]) for e in entries] == [("chat", 200, "dev")]
+
+
+@pytest.mark.parametrize("auth_required", [True, False])
+def test_serve_names_a_key_only_when_any_key_works(tmp_path: Path, auth_required: bool) -> None:
+    """``switchyard serve`` knows no key of an auth policy (only hashes): it says how to get one."""
+    policy = tmp_path / "policy.yaml"
+    replica = {"base_url": "http://127.0.0.1:9/v1", "model": "echo"}
+    document = {
+        "version": 1,
+        "pools": {"small": {"replicas": [replica]}},
+        "auth": {"required": auth_required},
+    }
+    policy.write_text(yaml.safe_dump(document))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--policy", str(policy), "--port", str(port)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**env, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"},
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        while not (lines and lines[-1].startswith("export OPENAI_API_KEY=")):
+            line = proc.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        key_line = lines[-1]
+        answer = httpx.get(
+            f"http://127.0.0.1:{port}/v1/models", headers={"authorization": "Bearer sk-anything"}, timeout=10
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    if auth_required:
+        assert answer.status_code == 401
+        assert "sk-anything" not in key_line and "switchyard keys new" in key_line
+    else:
+        assert answer.status_code == 200 and key_line == "export OPENAI_API_KEY=sk-anything\n"

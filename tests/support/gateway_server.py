@@ -18,6 +18,7 @@ import uvloop
 import yaml
 
 from gateway.app import create_app
+from gateway.http_protocol import guarded_protocol
 from gateway.settings import Settings
 from tests.support.redis_server import free_port
 
@@ -61,13 +62,16 @@ def fake_policy(base_url: str, **extra: Any) -> dict[str, Any]:
 class GatewayServer:
     """Starts ``create_app(settings)`` under uvicorn (uvloop + httptools) in a thread."""
 
-    def __init__(self, policy_path: Path, **app_kwargs: Any) -> None:
+    def __init__(
+        self, policy_path: Path, *, settings: dict[str, Any] | None = None, **app_kwargs: Any
+    ) -> None:
         self.port = free_port()
         self.settings = Settings(
             policy_path=str(policy_path),
             policy_overlay=str(policy_path) + ".overlay",
             port=self.port,
             reload_interval_s=0.1,
+            **(settings or {}),
         )
         self.app = create_app(self.settings, **app_kwargs)
         config = uvicorn.Config(
@@ -75,7 +79,7 @@ class GatewayServer:
             host="127.0.0.1",
             port=self.port,
             loop="uvloop",
-            http="httptools",
+            http=guarded_protocol(self.settings.header_read_timeout_s),  # what `switchyard serve` runs
             log_level="warning",
             access_log=False,
             lifespan="on",

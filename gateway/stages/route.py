@@ -94,9 +94,14 @@ class RouteModel:
             if conversation is not None:
                 sticky_key = f"sy:{{t:{call.tenant}}}:tier:{conversation}"
                 remembered = await self.sticky.get(sticky_key)
-                if remembered is not None and remembered.decode() in policy.pools:
-                    call.route_reason = "sticky conversation"
-                    return remembered.decode()
+                if remembered is not None:
+                    # "pool\nreason": a later turn keeps saying why its conversation got its tier
+                    pool, _, reason = remembered.decode().partition("\n")
+                    if pool in policy.pools:
+                        call.route_reason = (
+                            f"sticky conversation ({reason})" if reason else "sticky conversation"
+                        )
+                        return pool
         decision = classifier.classify(_classify_input(call))
         pool = decision.pool
         if call.key is not None and not self.keys.get(policy).may_use(call.key, call.model, pool):
@@ -107,5 +112,5 @@ class RouteModel:
             decision.reason if pool == decision.pool else f"{decision.reason}; key allows {pool}"
         )
         if sticky_key is not None:
-            await self.sticky.set(sticky_key, pool.encode(), STICKY_TTL_S)
+            await self.sticky.set(sticky_key, f"{pool}\n{call.route_reason}".encode(), STICKY_TTL_S)
         return pool

@@ -61,11 +61,14 @@ def test_a_conversation_keeps_its_tier(tmp_path: Path, upstream: FakeUpstream) -
             {"role": "system", "content": "You are a maths tutor."},
             {"role": "user", "content": "Prove that sqrt(2) is irrational."},
         ]
-        assert _ask(gateway, turns).headers["x-switchyard-pool"] == "large"
+        first = _ask(gateway, turns)
+        assert first.headers["x-switchyard-pool"] == "large"
         turns += [{"role": "assistant", "content": "Suppose..."}, {"role": "user", "content": "thanks!"}]
         later = _ask(gateway, turns)
         assert later.headers["x-switchyard-pool"] == "large"
-        assert later.headers["x-switchyard-route-reason"] == "sticky conversation"
+        # a later turn still says why its conversation got its tier
+        reason = first.headers["x-switchyard-route-reason"]
+        assert reason and later.headers["x-switchyard-route-reason"] == f"sticky conversation ({reason})"
     finally:
         gateway.stop()
     unsticky = _policy(upstream, {**RULES, "sticky_conversations": False})

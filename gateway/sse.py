@@ -85,9 +85,9 @@ class SSERelay:
 
     def feed(self, chunk: bytes) -> bytes:
         """Complete events in ``chunk`` (plus what was buffered), ready to send; may be empty."""
-        if b"\r" in chunk:
-            chunk = chunk.replace(b"\r\n", b"\n")
         data = self._buffer + chunk if self._buffer else chunk
+        if b"\r" in data:  # CRLF upstreams; a read may end between the \r and its \n, so on the whole
+            data = data.replace(b"\r\n", b"\n")
         end = data.rfind(b"\n\n")
         if end < 0:
             self._buffer = data

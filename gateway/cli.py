@@ -191,6 +191,7 @@ def serve(settings: Settings, *, api_key: str | None = None) -> int:
         log_level=settings.log_level,
         lifespan="on",
         timeout_keep_alive=30,
+        timeout_graceful_shutdown=settings.drain_timeout_s,
         backlog=4096,
     )
     if api_key is None and not policy.auth.required:

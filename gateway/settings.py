@@ -34,6 +34,9 @@ class Settings:
     """A request's headers must arrive within this many seconds, or it gets 408 and the connection closes."""
     body_read_timeout_s: float = 30.0
     """A proxied request's whole body must arrive within this many seconds, or it gets 408."""
+    drain_timeout_s: float = 25.0
+    """On SIGTERM the gateway stops accepting connections and lets open requests (streams included)
+    finish for at most this long, then cuts what is left (under Kubernetes' 30 s grace period)."""
 
     @property
     def overlay_path(self) -> str:
@@ -57,6 +60,7 @@ class Settings:
             ("max_upstream_connections", int),
             ("header_read_timeout_s", float),
             ("body_read_timeout_s", float),
+            ("drain_timeout_s", float),
         ):
             raw = env.get(f"SWITCHYARD_{name.upper()}")
             if raw is not None:

@@ -71,7 +71,7 @@ class GatewayServer:
             policy_overlay=str(policy_path) + ".overlay",
             port=self.port,
             reload_interval_s=0.1,
-            **(settings or {}),
+            **{"drain_timeout_s": 5.0, **(settings or {})},  # a test left hanging never waits 25 s
         )
         self.app = create_app(self.settings, **app_kwargs)
         config = uvicorn.Config(
@@ -83,6 +83,7 @@ class GatewayServer:
             log_level="warning",
             access_log=False,
             lifespan="on",
+            timeout_graceful_shutdown=self.settings.drain_timeout_s,
         )
         self.server = uvicorn.Server(config)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -119,4 +120,4 @@ class GatewayServer:
 
     def stop(self) -> None:
         self.server.should_exit = True
-        self.thread.join(10)
+        self.thread.join(self.settings.drain_timeout_s + 10)  # open requests get their drain first

@@ -30,7 +30,13 @@ FUZZ = settings(
 
 # ---- the SSE relay -------------------------------------------------------------------------------
 
-_json_leaf = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+_json_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
 _json = st.recursive(
     _json_leaf,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),

@@ -98,7 +98,12 @@ class LLMEngine:
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
         )
-        self.runner = ModelRunner(model, num_blocks=num_blocks, block_size=config.block_size)
+        self.runner = ModelRunner(
+            model,
+            num_blocks=num_blocks,
+            block_size=config.block_size,
+            sliding_window=cfg.attention_window(self.max_model_len),
+        )
         self.sampler = Sampler()
         self.requests: dict[str, _Request] = {}
         self._rng = random.Random(config.seed)

@@ -31,10 +31,11 @@ class ModelConfig:
     """Bias on q, k and v projections (Qwen2)."""
     mlp_bias: bool = False
     sliding_window: int | None = None
-    """The attention window of a Mistral-style model's sliding layers (None: every layer attends fully).
-
-    Sliding-window attention is not implemented: the engine refuses a model whose window is shorter than
-    its ``max_model_len`` (a window at least that long never bites, so full attention is exact)."""
+    """The attention window of the sliding layers: a query at position p sees keys in (p - window, p], as
+    transformers masks them (None: every layer attends fully)."""
+    layer_types: tuple[str, ...] | None = None
+    """Per-layer attention as transformers names it ("sliding_attention" / "full_attention"), when the
+    config gives or implies one; None with a window means every layer slides (Mistral)."""
     architecture: str = "LlamaForCausalLM"
 
     @classmethod
@@ -48,6 +49,7 @@ class ModelConfig:
         rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
         rope_theta = float(rope.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
         rope_type = rope.get("rope_type", rope.get("type", "default"))
+        window, layer_types = _sliding_window(cfg, arch)
         return cls(
             vocab_size=cfg["vocab_size"],
             hidden_size=cfg["hidden_size"],
@@ -63,39 +65,64 @@ class ModelConfig:
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             attention_bias=bool(cfg.get("attention_bias", arch == "Qwen2ForCausalLM")),
             mlp_bias=bool(cfg.get("mlp_bias", False)),
-            sliding_window=_sliding_window(cfg, arch),
+            sliding_window=window,
+            layer_types=layer_types,
             architecture=arch,
         )
 
     def check_servable(self, max_model_len: int) -> None:
         """Raise ModelLoadError if serving ``max_model_len`` tokens needs attention the engine lacks."""
         window = self.sliding_window
-        if window is not None and window < max_model_len:
+        if window is None or window >= max_model_len:
+            return  # no window, or one that never bites: full attention is exact
+        fix = f"(max_model_len is {max_model_len}); set max_model_len <= {window} to serve it exactly"
+        if self.architecture == "LlamaForCausalLM":
+            # transformers' Llama ignores sliding_window while Mistral applies it: refuse to guess
             raise ModelLoadError(
-                f"sliding_window={window} in config.json: sliding-window attention is not supported yet "
-                f"(max_model_len is {max_model_len}); set max_model_len <= {window} to serve this model "
-                "exactly with full attention"
+                f"sliding_window={window} in config.json of a LlamaForCausalLM: transformers' Llama ignores "
+                "the window, Mistral applies it; set architectures to MistralForCausalLM to slide every "
+                f"layer, or drop sliding_window for full attention {fix}"
             )
+        if self.layer_types is not None and "full_attention" in self.layer_types:
+            raise ModelLoadError(
+                f"sliding_window={window} in config.json but layer_types names full_attention layers: "
+                f"only a window on every layer is supported, per-layer windows are not yet {fix}"
+            )
+
+    def attention_window(self, max_model_len: int) -> int | None:
+        """The window every layer applies when serving ``max_model_len`` tokens; None when it never bites
+        (so the plain causal fast path runs). Call after ``check_servable``."""
+        window = self.sliding_window
+        return window if window is not None and window < max_model_len else None
 
     def kv_bytes_per_token(self, dtype_size: int) -> int:
         """Bytes of K plus V for one token across all layers."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_size
 
 
-def _sliding_window(cfg: dict[str, Any], arch: str) -> int | None:
-    """The window transformers would apply to some layer of this config, or None if it applies none."""
+def _sliding_window(cfg: dict[str, Any], arch: str) -> tuple[int | None, tuple[str, ...] | None]:
+    """The window transformers would apply to some layer of this config (None if it applies none) and the
+    per-layer attention types where the config names or implies them."""
     window = cfg.get("sliding_window")
     if window is None:
-        return None
+        return None, None
+    layer_types = cfg.get("layer_types")
     if arch == "Qwen2ForCausalLM":
         # Qwen2 slides only with use_sliding_window (off by default), and only layers >= max_window_layers
         if not cfg.get("use_sliding_window", False):
-            return None
-        if "layer_types" not in cfg and cfg.get("max_window_layers", 28) >= cfg["num_hidden_layers"]:
-            return None
+            return None, None
+        if layer_types is None:
+            first_sliding = cfg.get("max_window_layers", 28)
+            layer_types = [
+                "sliding_attention" if i >= first_sliding else "full_attention"
+                for i in range(cfg["num_hidden_layers"])
+            ]
     elif cfg.get("use_sliding_window") is False:
-        return None
-    layer_types = cfg.get("layer_types")
+        return None, None
+    elif arch == "MistralForCausalLM":
+        # transformers' Mistral slides every layer whatever layer_types says (Ministral honours them):
+        # keep them, so check_servable refuses any that name a full layer rather than guess
+        return int(window), None if layer_types is None else tuple(layer_types)
     if layer_types is not None and "sliding_attention" not in layer_types:
-        return None  # transformers 5 names each layer's attention: none of these slides
-    return int(window)
+        return None, None  # transformers 5 names each layer's attention: none of these slides
+    return int(window), None if layer_types is None else tuple(layer_types)

@@ -1,7 +1,9 @@
 """Turns one scheduled step into a single forward pass over a flat (varlen) token batch.
 
 Decode tokens go first, then each prefill chunk; K/V land in the paged cache through the slot mapping,
-and the LM head runs only on each sampling sequence's last token.
+and the LM head runs only on each sampling sequence's last token. With a sliding window, every query's
+keys start at most ``window - 1`` positions back: decodes get block tables cut to the window's blocks,
+prefill chunks a mask that is causal and windowed.
 """
 
 from __future__ import annotations
@@ -14,11 +16,21 @@ from backends.engine.scheduler import ScheduledSeq
 
 
 class ModelRunner:
-    """Owns the model and its KV cache: ``num_blocks`` blocks of ``block_size`` slots per layer."""
+    """Owns the model and its KV cache: ``num_blocks`` blocks of ``block_size`` slots per layer.
 
-    def __init__(self, model: LlamaForCausalLM, *, num_blocks: int, block_size: int) -> None:
+    ``sliding_window``: every layer's attention window (None: full attention)."""
+
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        *,
+        num_blocks: int,
+        block_size: int,
+        sliding_window: int | None = None,
+    ) -> None:
         self.model = model
         self.block_size = block_size
+        self.sliding_window = sliding_window
         self.num_blocks = num_blocks
         cfg = model.config
         param = next(model.parameters())
@@ -69,26 +81,32 @@ class ModelRunner:
             if item.is_last_chunk:
                 last_rows[j] = len(token_ids) - 1
             if _is_decode(item):
-                decode_tables.append(table)
-                decode_lens.append(start_pos + 1)
+                # a window cuts whole blocks that are out of reach; lens count from the first block kept
+                first = self._first_key(start_pos) // bs
+                decode_tables.append(table[first:] if first else table)
+                decode_lens.append(start_pos + 1 - first * bs)
             else:
                 prefill_specs.append((start_row, start_row + n, start_pos, table))
         to = self.device
         meta = AttentionMetadata(
-            slot_mapping=torch.tensor(slots, dtype=torch.long, device=to), block_size=self.block_size
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=to),
+            block_size=self.block_size,
+            sliding_window=self.sliding_window,
         )
         if decode_lens:
             meta.num_decode_tokens = len(decode_lens)
             meta.decode_blocks = self._decode_blocks(decode_tables, decode_lens)
             meta.decode_lens = torch.tensor(decode_lens, dtype=torch.int32, device=to)
+        window = self.sliding_window
         for start, end, num_context, table in prefill_specs:
             chunk = PrefillChunk(start, end, num_context, None)
-            if num_context:
-                total = num_context + (end - start)
-                chunk.context_slots = self._slots_of(table, total)
-                key_pos = torch.arange(total, device=to)
-                query_pos = torch.arange(num_context, total, device=to)
-                chunk.mask = key_pos.unsqueeze(0) <= query_pos.unsqueeze(1)
+            total = num_context + (end - start)
+            if num_context:  # later chunk or prefix hit: keys from the window's first, through the table
+                first_key = self._first_key(num_context)
+                chunk.context_slots = self._slots_of(table, total)[first_key:]
+                chunk.mask = _causal_mask(num_context, total, first_key, window, to)
+            elif window is not None and total > window:  # a fresh chunk longer than the window
+                chunk.mask = _causal_mask(0, total, 0, window, to)
             meta.prefills.append(chunk)
         return (
             torch.tensor(token_ids, dtype=torch.long, device=to),
@@ -96,6 +114,11 @@ class ModelRunner:
             meta,
             last_rows,
         )
+
+    def _first_key(self, position: int) -> int:
+        """The first key position a query at ``position`` may attend to."""
+        window = self.sliding_window
+        return 0 if window is None else max(0, position - window + 1)
 
     def _slots_of(self, table: list[int], num_tokens: int) -> torch.Tensor:
         blocks = torch.tensor(
@@ -110,6 +133,19 @@ class ModelRunner:
         max_blocks = -(-max(lens) // self.block_size)
         padded = [t[:max_blocks] + [t[0]] * (max_blocks - min(len(t), max_blocks)) for t in tables]
         return torch.tensor(padded, dtype=torch.long, device=self.device)
+
+
+def _causal_mask(
+    first_query: int, end: int, first_key: int, window: int | None, device: torch.device
+) -> torch.Tensor:
+    """[queries, keys] bool for query positions [first_query, end) over key positions [first_key, end):
+    causal, and within the window as transformers masks it (a key at q - window or earlier is out)."""
+    key_pos = torch.arange(first_key, end, device=device).unsqueeze(0)
+    query_pos = torch.arange(first_query, end, device=device).unsqueeze(1)
+    mask = key_pos <= query_pos
+    if window is not None:
+        mask &= query_pos - key_pos < window
+    return mask
 
 
 def _is_decode(item: ScheduledSeq) -> bool:

@@ -46,7 +46,8 @@ BUILD_TIMEOUT_S = 120
 
 
 class CpuDecodeKernel:
-    """``out[s] = softmax(q[s] . K[s]^T * scale) V[s]`` for one query token per sequence, on CPU."""
+    """``out[s] = softmax(q[s] . K[s]^T * scale) V[s]`` for one query token per sequence, on CPU; with a
+    sliding window, K[s] and V[s] are the sequence's last ``window`` tokens."""
 
     def __init__(self, library: ctypes.CDLL) -> None:
         fn = library.paged_decode
@@ -56,8 +57,7 @@ class CpuDecodeKernel:
             *(ctypes.c_int,) * 6,
             ctypes.c_int64,
             ctypes.c_float,
-            ctypes.c_int,
-            ctypes.c_int,
+            *(ctypes.c_int,) * 3,
         ]
         self._fn = fn
 
@@ -81,9 +81,11 @@ class CpuDecodeKernel:
         block_size: int,
         scale: float,
         out: torch.Tensor,
+        window: int | None = None,
     ) -> None:
         """q, out: [b, heads, dim]; caches: [kv_heads, slots, dim]; blocks: int64 [b, max_blocks];
-        lens: int32 [b]."""
+        lens: int32 [b]; window: the query (at position lens - 1) sees keys in (lens - 1 - window,
+        lens - 1]; None: all."""
         num_seqs, num_heads, head_dim = q.shape
         num_kv_heads, num_slots, _ = k_cache.shape
         max_blocks = blocks.shape[1]
@@ -113,6 +115,7 @@ class CpuDecodeKernel:
             num_slots,
             scale,
             DTYPES[q.dtype],
+            window or 0,
             torch.get_num_threads(),
         )
         if rc != 0:

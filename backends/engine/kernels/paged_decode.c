@@ -3,7 +3,8 @@
  *
  * Cache layout (one layer): [num_kv_heads, num_slots, head_dim], slot = block * block_size + offset.
  * q and out: [num_seqs, num_heads, head_dim], contiguous. Query heads are grouped per kv head (GQA/MQA).
- * Work items are (sequence, kv head) pairs, split over num_threads pthreads.
+ * Work items are (sequence, kv head) pairs, split over num_threads pthreads. With window > 0 (sliding-window
+ * attention) the query, at position L - 1, sees only the last min(L, window) keys; 0 means all L.
  *
  * Built on first use by backends/engine/kernels/cpu_decode.py with the host compiler; the torch path in
  * layers/attention.py is the reference it is tested against and the fallback where no compiler exists.
@@ -19,7 +20,7 @@ typedef struct {
     const int64_t *tables;
     const int32_t *lens;
     void *out;
-    int num_seqs, max_blocks, num_heads, num_kv_heads, head_dim, block_size, max_len, is_bf16;
+    int num_seqs, max_blocks, num_heads, num_kv_heads, head_dim, block_size, max_len, is_bf16, window;
     int64_t num_slots;
     float scale;
     int begin, end;
@@ -85,18 +86,23 @@ static inline __attribute__((always_inline)) void run_item_f32_fixed(const Job *
                                                                      const int G) {
     const int nkv = j->num_kv_heads, bs = j->block_size;
     const int s = item / nkv, h = item % nkv;
-    const int L = j->lens[s];
+    const int len = j->lens[s];
+    const int start = j->window > 0 && len > j->window ? len - j->window : 0; /* first key in the window */
+    const int L = len - start;
+    const int first_block = start / bs;
     const int64_t qoff = ((int64_t)s * j->num_heads + (int64_t)h * G) * D;
     const float *kbase = (const float *)j->k + (int64_t)h * j->num_slots * D;
     const float *vbase = (const float *)j->v + (int64_t)h * j->num_slots * D;
     const int64_t *table = j->tables + (int64_t)s * j->max_blocks;
     const float *q = (const float *)j->q + qoff;
     for (int i = 0; i < G * D; i++) qs[i] = q[i] * j->scale;
-    const int num_blocks = (L + bs - 1) / bs;
-    for (int b = 0; b < num_blocks; b++) {
+    const int num_blocks = (len + bs - 1) / bs;
+    for (int b = first_block; b < num_blocks; b++) {
         const float *kb = kbase + table[b] * bs * D;
-        const int n = b == num_blocks - 1 ? L - b * bs : bs;
-        for (int o = 0; o < n; o++) {
+        const int lo = b == first_block ? start - b * bs : 0;
+        const int n = b == num_blocks - 1 ? len - b * bs : bs;
+        const int base = b * bs - start; /* key t = b * bs + o has its score at t - start */
+        for (int o = lo; o < n; o++) {
             const float *kp = kb + (int64_t)o * D;
             float dots[G];
             for (int g = 0; g < G; g++) dots[g] = 0.0f;
@@ -104,19 +110,21 @@ static inline __attribute__((always_inline)) void run_item_f32_fixed(const Job *
                 const float k = kp[d];
                 for (int g = 0; g < G; g++) dots[g] += qs[g * D + d] * k;
             }
-            for (int g = 0; g < G; g++) scores[g * L + b * bs + o] = dots[g];
+            for (int g = 0; g < G; g++) scores[g * L + base + o] = dots[g];
         }
     }
     float inv_sum[G];
     softmax_rows(scores, L, G, inv_sum);
     for (int i = 0; i < G * D; i++) acc[i] = 0.0f;
-    for (int b = 0; b < num_blocks; b++) {
+    for (int b = first_block; b < num_blocks; b++) {
         const float *vb = vbase + table[b] * bs * D;
-        const int n = b == num_blocks - 1 ? L - b * bs : bs;
-        for (int o = 0; o < n; o++) {
+        const int lo = b == first_block ? start - b * bs : 0;
+        const int n = b == num_blocks - 1 ? len - b * bs : bs;
+        const int base = b * bs - start;
+        for (int o = lo; o < n; o++) {
             const float *vp = vb + (int64_t)o * D;
             float p[G];
-            for (int g = 0; g < G; g++) p[g] = scores[g * L + b * bs + o];
+            for (int g = 0; g < G; g++) p[g] = scores[g * L + base + o];
             for (int d = 0; d < D; d++) {
                 const float v = vp[d];
                 for (int g = 0; g < G; g++) acc[g * D + d] += p[g] * v;
@@ -155,7 +163,9 @@ static void run_item(const Job *j, int item, float *scores, float *qbuf, float *
     const int nkv = j->num_kv_heads, D = j->head_dim, bs = j->block_size;
     const int G = j->num_heads / nkv;
     const int s = item / nkv, h = item % nkv;
-    const int L = j->lens[s];
+    const int len = j->lens[s];
+    const int start = j->window > 0 && len > j->window ? len - j->window : 0; /* first key in the window */
+    const int L = len - start;
     const int64_t qoff = ((int64_t)s * j->num_heads + (int64_t)h * G) * D;
     const int64_t head_base = (int64_t)h * j->num_slots * D;
     const int64_t *table = j->tables + (int64_t)s * j->max_blocks;
@@ -163,8 +173,9 @@ static void run_item(const Job *j, int item, float *scores, float *qbuf, float *
     for (int i = 0; i < G * D; i++)
         qbuf[i] = j->is_bf16 ? bf16_to_f32(((const uint16_t *)j->q)[qoff + i]) : ((const float *)j->q)[qoff + i];
 
-    /* scores[g * L + t] = q_g . k_t * scale */
-    for (int t = 0; t < L; t++) {
+    /* scores[g * L + i] = q_g . k_(start + i) * scale */
+    for (int i = 0; i < L; i++) {
+        const int t = start + i;
         const int64_t off = head_base + (table[t / bs] * bs + t % bs) * D;
         for (int g = 0; g < G; g++) {
             const float *qg = qbuf + g * D;
@@ -176,16 +187,17 @@ static void run_item(const Job *j, int item, float *scores, float *qbuf, float *
                 const float *kp = (const float *)j->k + off;
                 for (int d = 0; d < D; d++) dot += qg[d] * kp[d];
             }
-            scores[g * L + t] = dot * j->scale;
+            scores[g * L + i] = dot * j->scale;
         }
     }
     float inv_sum[MAX_GROUP];
     softmax_rows(scores, L, G, inv_sum);
     memset(acc, 0, sizeof(float) * G * D);
-    for (int t = 0; t < L; t++) {
+    for (int i = 0; i < L; i++) {
+        const int t = start + i;
         const int64_t off = head_base + (table[t / bs] * bs + t % bs) * D;
         for (int g = 0; g < G; g++) {
-            const float p = scores[g * L + t];
+            const float p = scores[g * L + i];
             float *ag = acc + g * D;
             if (j->is_bf16) {
                 const uint16_t *vp = (const uint16_t *)j->v + off;
@@ -231,8 +243,8 @@ static void *run_range(void *arg) {
 int paged_decode(const void *q, const void *k_cache, const void *v_cache, const int64_t *tables,
                  const int32_t *lens, void *out, int num_seqs, int max_blocks, int num_heads,
                  int num_kv_heads, int head_dim, int block_size, int64_t num_slots, float scale,
-                 int is_bf16, int num_threads) {
-    if (num_kv_heads <= 0 || num_heads % num_kv_heads || num_heads / num_kv_heads > MAX_GROUP ||
+                 int is_bf16, int window, int num_threads) {
+    if (window < 0 || num_kv_heads <= 0 || num_heads % num_kv_heads || num_heads / num_kv_heads > MAX_GROUP ||
         head_dim > MAX_DIM || block_size <= 0 || num_seqs < 0)
         return -1;
     int max_len = 1;
@@ -244,7 +256,7 @@ int paged_decode(const void *q, const void *k_cache, const void *v_cache, const 
     if (num_threads < 1) num_threads = 1;
     if (num_threads > items) num_threads = items > 0 ? items : 1;
     Job base = {q, k_cache, v_cache, tables, lens, out, num_seqs, max_blocks, num_heads, num_kv_heads,
-                head_dim, block_size, max_len, is_bf16, num_slots, scale, 0, items};
+                head_dim, block_size, max_len, is_bf16, window, num_slots, scale, 0, items};
     if (num_threads == 1) {
         run_range(&base);
         return 0;

@@ -27,9 +27,11 @@ class PrefillChunk:
     num_context_tokens: int
     """Tokens of this sequence already in the cache before this chunk."""
     context_slots: torch.Tensor | None
-    """Slots of all its tokens up to ``end`` (context plus chunk); None when there is no context."""
+    """Slots of its keys up to ``end`` (context plus chunk, from the window's first key when the model
+    slides); None when there is no context."""
     mask: torch.Tensor | None = None
-    """[chunk, context + chunk] bool, True where a query may attend (only with context)."""
+    """[chunk, keys] bool, True where a query may attend; None means plain causal over the chunk itself.
+    Set with context, and on a fresh chunk longer than the sliding window."""
 
 
 @dataclass
@@ -41,18 +43,25 @@ class AttentionMetadata:
     decode_blocks: torch.Tensor | None = None
     """int64 [num_decodes, max_blocks] block table of every decode sequence, padded with a valid block."""
     decode_lens: torch.Tensor | None = None
-    """int32 [num_decodes] context length of each decode sequence, its new token included."""
+    """int32 [num_decodes] context length of each decode sequence, its new token included (counted from
+    its first block in ``decode_blocks``, which a sliding window may start past the sequence's first)."""
+    sliding_window: int | None = None
+    """Every layer's window: a query at position p sees keys in (p - window, p]; None: full attention."""
     prefills: list[PrefillChunk] = field(default_factory=list)
     _decode_mask: torch.Tensor | None = None
 
     def decode_mask(self) -> torch.Tensor:
-        """[num_decodes, 1, 1, max_blocks * block_size] bool, True on real positions (built once a step)."""
+        """[num_decodes, 1, 1, max_blocks * block_size] bool, True on real positions inside the window
+        (built once a step)."""
         if self._decode_mask is None:
             assert self.decode_blocks is not None and self.decode_lens is not None
             b, max_blocks = self.decode_blocks.shape
             padded_len = max_blocks * self.block_size
-            positions = torch.arange(padded_len, device=self.decode_lens.device)
-            mask = positions.unsqueeze(0) < self.decode_lens.unsqueeze(1)
+            positions = torch.arange(padded_len, device=self.decode_lens.device).unsqueeze(0)
+            lens = self.decode_lens.unsqueeze(1)
+            mask = positions < lens
+            if self.sliding_window is not None:
+                mask &= positions >= lens - self.sliding_window
             self._decode_mask = mask.view(b, 1, 1, padded_len)
         return self._decode_mask
 
@@ -116,16 +125,17 @@ class TorchPagedAttention:
             assert meta.decode_blocks is not None and meta.decode_lens is not None
             blocks, lens, kernel = meta.decode_blocks, meta.decode_lens, self.decode_kernel
             if kernel is not None and kernel.supports(q, k_cache):
-                kernel(q[:d], k_cache, v_cache, blocks, lens, meta.block_size, scale, out[:d])
+                window = meta.sliding_window  # the kernel reads only the window's keys
+                kernel(q[:d], k_cache, v_cache, blocks, lens, meta.block_size, scale, out[:d], window)
             else:
                 out[:d] = _decode(q[:d], k_cache, v_cache, blocks, meta.decode_mask(), scale)
         gqa = num_heads != num_kv_heads
         for p in meta.prefills:
             qs = q[p.start : p.end].transpose(0, 1).unsqueeze(0)
-            if p.context_slots is None:  # fresh prompt: keys are this chunk's own, plain causal
+            if p.context_slots is None:  # fresh prompt: keys are this chunk's own, causal (and windowed)
                 ks = k[p.start : p.end].transpose(0, 1)
                 vs = v[p.start : p.end].transpose(0, 1)
-                mask, causal = None, True
+                mask, causal = p.mask, p.mask is None
             else:  # later chunk or prefix hit: read the context through the block table
                 ks = k_cache.index_select(1, p.context_slots)
                 vs = v_cache.index_select(1, p.context_slots)

@@ -1,7 +1,7 @@
 """A Llama-family decoder over a flat token batch and a paged KV cache.
 
-Covers Llama 1-3, SmolLM2, Mistral (within its sliding window) and Qwen2 (qkv bias) through ``ModelConfig``:
-grouped- and multi-query attention, tied embeddings, scaled RoPE.
+Covers Llama 1-3, SmolLM2, Mistral (a sliding window on every layer) and Qwen2 (qkv bias) through
+``ModelConfig``: grouped- and multi-query attention, tied embeddings, scaled RoPE.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""ModelConfig: HF config.json parsing, and the refusal of sliding windows the engine cannot honour."""
+"""ModelConfig: HF config.json parsing; sliding windows served on every layer, and the refusal of the
+windows the engine cannot honour (a Llama's, which transformers ignores, and per-layer mixes)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from backends.engine.llm_engine import LLMEngine
 from backends.engine.model_config import ModelConfig
 from backends.engine.sampling_params import SamplingParams
 
-REFUSAL = r"sliding_window=64 in config.json: sliding-window attention is not supported yet"
+LLAMA_REFUSAL = r"sliding_window=64 in config.json of a LlamaForCausalLM: transformers' Llama ignores"
+MIXED_REFUSAL = r"sliding_window=64 in config.json but layer_types names full_attention layers"
+MISTRAL = {"architectures": ["MistralForCausalLM"], "model_type": "mistral"}
 GREEDY = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
 
 
@@ -51,11 +54,34 @@ def load(tiny_dirs: dict[str, Path], tmp_path: Path) -> Iterator[Any]:
     torch.set_num_threads(num_threads)
 
 
-def test_a_sliding_window_shorter_than_the_context_is_refused(load: Any) -> None:
-    with pytest.raises(ModelLoadError, match=REFUSAL):
-        load(sliding_window=64)  # max_position_embeddings 1024
-    with pytest.raises(ModelLoadError, match=REFUSAL):
-        load(sliding_window=64, architectures=["MistralForCausalLM"], model_type="mistral")
+def test_a_mistral_window_on_every_layer_is_served(load: Any) -> None:
+    engine = load(sliding_window=64, **MISTRAL)  # max_position_embeddings 1024: the window bites
+    assert engine.runner.sliding_window == 64
+    assert engine.generate([list(range(100))], GREEDY)[0].outputs[0].token_ids
+    sliding = ["sliding_attention", "sliding_attention"]
+    assert load(sliding_window=64, layer_types=sliding, **MISTRAL).runner.sliding_window == 64
+
+
+def test_a_window_that_never_bites_runs_full_attention(load: Any) -> None:
+    assert load(sliding_window=1024, **MISTRAL).runner.sliding_window is None  # the causal fast path
+    assert load(max_model_len=64, sliding_window=64, **MISTRAL).runner.sliding_window is None
+
+
+def test_a_llama_window_is_refused(load: Any) -> None:
+    """transformers' LlamaForCausalLM ignores sliding_window, Mistral applies it: the engine won't guess."""
+    with pytest.raises(ModelLoadError, match=LLAMA_REFUSAL):
+        load(sliding_window=64)
+
+
+@pytest.mark.parametrize(
+    "layer_types",
+    [["sliding_attention", "full_attention"], ["full_attention", "full_attention"]],
+    ids=["mixed", "full"],  # transformers' Mistral would slide both anyway: ambiguous, refused
+)
+def test_a_mistral_window_with_full_layers_is_refused(load: Any, layer_types: list[str]) -> None:
+    with pytest.raises(ModelLoadError, match=MIXED_REFUSAL + r".*set max_model_len <= 64"):
+        load(sliding_window=64, layer_types=layer_types, **MISTRAL)
+    assert load(max_model_len=64, sliding_window=64, layer_types=layer_types, **MISTRAL).max_model_len == 64
 
 
 @pytest.mark.parametrize(
@@ -95,3 +121,17 @@ def test_qwen2_slides_only_when_enabled_and_past_max_window_layers(tiny_dirs: di
     assert window(**on, max_window_layers=2) is None  # both layers below max_window_layers
     assert window(**on, max_window_layers=1) == 64
     assert window(**{**on, "layer_types": ["full_attention", "sliding_attention"]}) == 64
+
+
+def test_qwen2_serves_a_window_only_on_every_layer(tiny_dirs: dict[str, Path]) -> None:
+    def config(max_window_layers: int) -> ModelConfig:
+        """The tiny Qwen2 sliding from layer ``max_window_layers`` on (layer_types left to be implied)."""
+        cfg = hf_config(tiny_dirs, "qwen2", sliding_window=64, use_sliding_window=True)
+        cfg.pop("layer_types", None)
+        return ModelConfig.from_hf({**cfg, "max_window_layers": max_window_layers})
+
+    every = config(max_window_layers=0)
+    every.check_servable(1024)
+    assert every.attention_window(1024) == 64
+    with pytest.raises(ModelLoadError, match=MIXED_REFUSAL):
+        config(max_window_layers=1).check_servable(1024)  # layer 0 full, layer 1 sliding

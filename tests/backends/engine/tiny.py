@@ -1,4 +1,5 @@
-"""Tiny random-weight Hugging Face models (Llama, Qwen2) saved on the fly, with a byte-level tokenizer."""
+"""Tiny random-weight Hugging Face models (Llama, Mistral, Qwen2) saved on the fly, with a byte-level
+tokenizer."""
 
 from __future__ import annotations
 
@@ -38,6 +39,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "rope_scaling": {"rope_type": "linear", "factor": 2.0},
     },
     "qwen2": {"num_attention_heads": 4, "num_key_value_heads": 2, "arch": "qwen2"},
+    # every layer slides; 8 cuts inside a 16-token block, 20 across a block edge
+    "mistral_window8": {
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "arch": "mistral",
+        "sliding_window": 8,
+    },
+    "mistral_window20": {
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "arch": "mistral",
+        "sliding_window": 20,
+    },
 }
 
 
@@ -58,7 +72,14 @@ EOS_ID = 256
 
 def build_tiny_model(path: Path, variant: str = "gqa", *, seed: int = 0) -> Path:
     """Save a random tiny model in HF format (config, safetensors, tokenizer files) under ``path``."""
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     opts = dict(VARIANTS[variant])
     arch = opts.pop("arch", "llama")
@@ -82,6 +103,8 @@ def build_tiny_model(path: Path, variant: str = "gqa", *, seed: int = 0) -> Path
             for layer in model.model.layers:
                 for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
                     proj.bias.normal_(0, 0.1)
+    elif arch == "mistral":
+        model = MistralForCausalLM(MistralConfig(**common))
     else:
         model = LlamaForCausalLM(LlamaConfig(**common))
     path.mkdir(parents=True, exist_ok=True)

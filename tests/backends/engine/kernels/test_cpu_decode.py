@@ -79,6 +79,55 @@ def test_matches_torch_path_bf16(kernel: cpu_decode.CpuDecodeKernel) -> None:
     torch.testing.assert_close(out.float(), expected.float(), rtol=2e-2, atol=2e-2)
 
 
+def _dense_windowed(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, window: int
+) -> torch.Tensor:
+    """Reference: each sequence's last min(len, window) keys, read slot by slot, plain softmax."""
+    assert meta.decode_blocks is not None and meta.decode_lens is not None
+    group = q.shape[1] // k_cache.shape[0]
+    outs = []
+    for s, n in enumerate(meta.decode_lens.tolist()):
+        table = meta.decode_blocks[s]
+        slots = torch.tensor([int(table[t // BLOCK_SIZE]) * BLOCK_SIZE + t % BLOCK_SIZE for t in range(n)])
+        slots = slots[max(0, n - window) :]
+        keys = k_cache[:, slots].float().repeat_interleave(group, 0)  # [heads, L, d]
+        values = v_cache[:, slots].float().repeat_interleave(group, 0)
+        probs = torch.softmax(torch.einsum("hd,hld->hl", q[s].float(), keys) * q.shape[-1] ** -0.5, -1)
+        outs.append(torch.einsum("hl,hld->hd", probs, values))
+    return torch.stack(outs).to(q.dtype)
+
+
+@pytest.mark.parametrize("window", [1, 5, 16, 20, 64])
+@pytest.mark.parametrize(
+    ("num_heads", "num_kv_heads", "head_dim"), [(9, 3, 64), (8, 1, 16)], ids=["gqa-fixed", "mqa-general"]
+)
+def test_sliding_window_matches_a_dense_reference(
+    kernel: cpu_decode.CpuDecodeKernel, window: int, num_heads: int, num_kv_heads: int, head_dim: int
+) -> None:
+    """Both decode paths see exactly the last ``window`` keys: shorter sequences, cuts inside a block
+    and on its edge."""
+    lens = [1, 4, 15, 16, 17, 33, 100, 200]
+    q, k_cache, v_cache, meta = _case(num_heads, num_kv_heads, head_dim, lens, torch.float32, seed=3)
+    assert meta.decode_blocks is not None and meta.decode_lens is not None
+    meta.sliding_window = window
+    expected = _dense_windowed(q, k_cache, v_cache, meta, window)
+    scale = head_dim**-0.5
+    torch_path = _decode(q, k_cache, v_cache, meta.decode_blocks, meta.decode_mask(), scale)
+    torch.testing.assert_close(torch_path, expected, rtol=1e-5, atol=1e-5)
+    out = torch.empty_like(q)
+    kernel(q, k_cache, v_cache, meta.decode_blocks, meta.decode_lens, BLOCK_SIZE, scale, out, window)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_sliding_window_bf16(kernel: cpu_decode.CpuDecodeKernel) -> None:
+    q, k_cache, v_cache, meta = _case(9, 3, 64, [5, 100, 300], torch.bfloat16)
+    assert meta.decode_blocks is not None and meta.decode_lens is not None
+    expected = _dense_windowed(q, k_cache, v_cache, meta, 24)
+    out = torch.empty_like(q)
+    kernel(q, k_cache, v_cache, meta.decode_blocks, meta.decode_lens, BLOCK_SIZE, 0.125, out, 24)
+    torch.testing.assert_close(out.float(), expected.float(), rtol=2e-2, atol=2e-2)
+
+
 def test_backend_writes_new_tokens_then_attends(kernel: cpu_decode.CpuDecodeKernel) -> None:
     """Through TorchPagedAttention.forward: the new K/V land in the cache first, both paths agree."""
     q, k_cache, v_cache, meta = _case(9, 3, 64, [3, 40], torch.float32)

@@ -38,6 +38,7 @@ from gateway.errors import (
     status_of,
 )
 from gateway.inflight import InFlight
+from gateway.openapi import openapi_route
 from gateway.pipeline import BytesResult, Call, Endpoint, Pipeline, StreamResult
 from gateway.policy import ApiKey, Policy
 from gateway.proxy import ProxyApp
@@ -363,6 +364,7 @@ def create_app(
             healthz,
             readyz,
             metrics_endpoint,
+            openapi_route(),  # GET /openapi.json, built once here
         ],
         exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
         on_startup=[on_startup],

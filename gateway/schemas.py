@@ -1,14 +1,20 @@
-"""OpenAI request shapes, for validation only.
+"""OpenAI request shapes, for validation only: the gateway's half of the validation contract.
 
 The body is decoded once into plain Python objects (that is what gets forwarded, unknown fields
 and all) and then checked against these structs with ``msgspec.convert``. Only fields whose type
 the gateway must trust are declared; everything else passes through to the upstream untouched.
+
+The contract (docs and ``tests/reliability/test_validation_contract.py``): a value is accepted when
+OpenAI's API reference accepts it, ``null`` wherever that reference says nullable (it means the
+default); a refused value is a 400 ``invalid_request_error`` naming the field in ``param`` with a
+non-null ``code``. The reference engine's server (``backends/serving/protocol.py``) declares the same
+bounds, so nothing the gateway accepts comes back as the engine's 400.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -16,54 +22,111 @@ from gateway.errors import InvalidJSON, InvalidRequest
 from gateway.pipeline import Endpoint
 
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
-PosInt = Annotated[int, msgspec.Meta(ge=1, le=128)]
+PosInt = Annotated[int, msgspec.Meta(ge=1)]
+NumChoices = Annotated[int, msgspec.Meta(ge=1, le=128)]
 Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
 Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
 Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]
+NumLogprobs = Annotated[int, msgspec.Meta(ge=0, le=20)]
+Seed = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
+TokenId = Annotated[int, msgspec.Meta(ge=0)]
+TokenIds = Annotated[list[TokenId], msgspec.Meta(min_length=1)]
+Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
+Stop = NonEmptyStr | list[NonEmptyStr]
+"""A stop string (an empty one would match at once) or a list of them; ``[]`` means none."""
 
 
 class StreamOptions(msgspec.Struct):
-    include_usage: bool | None = None
+    """``stream_options``: ``include_usage`` asks for a last chunk with the usage."""
+
+    include_usage: bool = False
+
+
+class TextPart(msgspec.Struct, tag_field="type", tag="text"):
+    text: str
+
+
+class ImagePart(msgspec.Struct, tag_field="type", tag="image_url"):
+    image_url: dict[str, Any]
+
+
+class AudioPart(msgspec.Struct, tag_field="type", tag="input_audio"):
+    input_audio: dict[str, Any]
+
+
+class FilePart(msgspec.Struct, tag_field="type", tag="file"):
+    file: dict[str, Any]
+
+
+class RefusalPart(msgspec.Struct, tag_field="type", tag="refusal"):
+    refusal: str
+
+
+ContentPart = TextPart | ImagePart | AudioPart | FilePart | RefusalPart
+"""One part of a message's list content, told apart by ``type`` (OpenAI refuses other types)."""
 
 
 class Message(msgspec.Struct):
-    role: str
-    content: str | list[dict[str, Any]] | None = None
+    """One chat message (``name``, ``tool_calls``, ``tool_call_id``, ... pass through unchecked)."""
+
+    role: Role
+    content: str | list[ContentPart] | None = None
 
 
-class _Sampling(msgspec.Struct):
+class _Sampling(msgspec.Struct, kw_only=True):
+    """Fields chat and text completions share."""
+
     model: ModelName
-    stream: bool | None = False
+    stream: bool | None = None
     stream_options: StreamOptions | None = None
-    max_tokens: NonNegInt | None = None
     temperature: Temperature | None = None
     top_p: Probability | None = None
-    n: PosInt | None = None
+    n: NumChoices | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
+    seed: Seed | None = None
+    stop: Stop | None = None
     user: str | None = None
 
 
-class ChatRequest(_Sampling):
-    messages: Annotated[list[Message], msgspec.Meta(min_length=1)] = msgspec.field(default_factory=list)
-    max_completion_tokens: NonNegInt | None = None
+class ChatRequest(_Sampling, kw_only=True):
+    """``POST /v1/chat/completions``; other fields pass through to the upstream unchecked."""
+
+    messages: Annotated[list[Message], msgspec.Meta(min_length=1)]
+    max_tokens: PosInt | None = None
+    max_completion_tokens: PosInt | None = None
+    logprobs: bool | None = None
+    top_logprobs: NumLogprobs | None = None
     tools: list[dict[str, Any]] | None = None
     response_format: dict[str, Any] | None = None
 
 
-class CompletionRequest(_Sampling):
-    prompt: str | list[str | int | list[int]] = ""
+class CompletionRequest(_Sampling, kw_only=True):
+    """``POST /v1/completions``; other fields pass through to the upstream unchecked."""
+
+    prompt: str | Annotated[list[str | TokenId | TokenIds], msgspec.Meta(min_length=1)] | None
+    """A string, strings, token ids or lists of them; null (or "") starts a new document."""
+    max_tokens: NonNegInt | None = None
+    """0 is allowed (OpenAI's completions): the choices come back empty."""
+    logprobs: NumLogprobs | None = None
     echo: bool | None = None
+    best_of: Annotated[int, msgspec.Meta(ge=0, le=20)] | None = None
+    suffix: str | None = None
 
 
-class EmbeddingRequest(msgspec.Struct):
+class EmbeddingRequest(msgspec.Struct, kw_only=True):
+    """``POST /v1/embeddings``; other fields pass through to the upstream unchecked."""
+
     model: ModelName
-    input: str | list[str | int | list[int]]
-    encoding_format: str | None = None
-    dimensions: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    input: (
+        NonEmptyStr
+        | Annotated[list[NonEmptyStr | TokenId | TokenIds], msgspec.Meta(min_length=1, max_length=2048)]
+    )
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: PosInt | None = None
+    user: str | None = None
 
 
 ParsedRequest = ChatRequest | CompletionRequest | EmbeddingRequest
@@ -79,7 +142,18 @@ _REQUIRED: dict[Endpoint, tuple[str, ...]] = {
     Endpoint.EMBEDDINGS: ("model", "input"),
 }
 _AT = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
-_decoder = msgspec.json.Decoder()
+_MAX_EXACT_INT = 2**53
+"""Past this a float no longer spells its integer exactly."""
+
+
+def _json_number(literal: str) -> float | int:
+    """A JSON number written with a fraction or exponent: a whole one (``2.0``, ``1e3``) is the integer
+    it equals, as JSON Schema counts it, so an integer field takes it; any other stays a float."""
+    value = float(literal)
+    return int(value) if value.is_integer() and -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT else value
+
+
+_decoder = msgspec.json.Decoder(float_hook=_json_number)
 
 MAX_JSON_DEPTH = 128
 """Deepest nesting of arrays and objects a request body may have. Later stages walk the body (cache keys,
@@ -122,6 +196,26 @@ def _validation_error(error: msgspec.ValidationError) -> InvalidRequest:
     return InvalidRequest(f"Invalid request: {what}.", code="invalid_value")
 
 
+def _check_chat(request: ChatRequest) -> None:
+    """What a struct cannot say: top_logprobs needs logprobs."""
+    if request.top_logprobs is not None and not request.logprobs:
+        raise InvalidRequest(
+            "Invalid value for 'top_logprobs': logprobs must be true when top_logprobs is set.",
+            param="top_logprobs",
+            code="invalid_value",
+        )
+
+
+def _check_one_kind(value: object, param: str) -> None:
+    """A list of prompts or inputs holds strings, token ids, or lists of token ids: one kind, not a mix."""
+    if isinstance(value, list) and len({type(item) for item in value}) > 1:
+        raise InvalidRequest(
+            f"Invalid value for '{param}': expected strings, token ids or lists of token ids, not a mix.",
+            param=param,
+            code="invalid_value",
+        )
+
+
 def parse_body(endpoint: Endpoint, raw: bytes) -> tuple[dict[str, Any], ParsedRequest]:
     """Decode and validate a request body: (the dict to forward, the validated view)."""
     try:
@@ -146,4 +240,10 @@ def parse_body(endpoint: Endpoint, raw: bytes) -> tuple[dict[str, Any], ParsedRe
         parsed = msgspec.convert(body, _SCHEMAS[endpoint])
     except msgspec.ValidationError as e:
         raise _validation_error(e) from None
+    if isinstance(parsed, ChatRequest):
+        _check_chat(parsed)
+    elif isinstance(parsed, CompletionRequest):
+        _check_one_kind(parsed.prompt, "prompt")
+    else:
+        _check_one_kind(parsed.input, "input")
     return body, parsed

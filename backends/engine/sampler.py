@@ -21,6 +21,9 @@ class SampleResult:
 
 
 class Sampler:
+    # the logits are the model runner's inference tensors; penalties update them in place, which torch
+    # allows only in inference mode (a float32 model's .float() is the same tensor, not a copy)
+    @torch.inference_mode()
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SampleResult:
         logits = logits.float()
         want_logprobs = [s.params.logprobs is not None for s in seqs]

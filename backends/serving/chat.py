@@ -24,6 +24,7 @@ from backends.serving.protocol import (
     ChatCompletionRequest,
     ChatDelta,
     ChatLogprobs,
+    ChatMessage,
     TokenLogprob,
     TopLogprob,
     Usage,
@@ -63,7 +64,9 @@ async def create_chat_completion(
     engine = state.require_engine(body.model)
     params = chat_params(body)
     prompt_ids = await chat_prompt_ids(
-        engine.engine.tokenizer, body.messages, add_generation_prompt=body.add_generation_prompt
+        engine.engine.tokenizer,
+        [_as_template_role(m) for m in body.messages],
+        add_generation_prompt=body.add_generation_prompt,
     )
     check_context_length(len(prompt_ids), params, engine.engine.max_model_len)
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -106,10 +109,17 @@ async def create_chat_completion(
         id=request_id,
         created=created,
         model=model,
-        choices=[_choice(c, body.logprobs) for c in last.outputs],
+        choices=[_choice(c, bool(body.logprobs)) for c in last.outputs],
         usage=usage_of(last),
     )
     return Response(encoder.encode(completion), media_type="application/json", headers=headers)
+
+
+def _as_template_role(message: ChatMessage) -> ChatMessage:
+    """OpenAI's deprecated ``function`` role is a tool result: templates know it as ``tool``."""
+    if message.role != "function":
+        return message
+    return ChatMessage(role="tool", content=message.content, name=message.name)
 
 
 def _choice(output: CompletionOutput, want_logprobs: bool) -> ChatChoice:
@@ -125,7 +135,7 @@ def _choice(output: CompletionOutput, want_logprobs: bool) -> ChatChoice:
 
 
 def _chunk_maker(request_id: str, created: int, model: str, body: ChatCompletionRequest) -> ChunkMaker:
-    want_logprobs = body.logprobs
+    want_logprobs = bool(body.logprobs)
 
     def make_chunk(output: CompletionOutput, text: str, cursor: DeltaCursor) -> bytes:
         start, end = cursor.take_tokens(output)

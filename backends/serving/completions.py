@@ -14,18 +14,24 @@ from backends.engine.outputs import CompletionOutput, Logprob
 from backends.serving.chat import MIN_LOGPROB
 from backends.serving.errors import EngineFailed
 from backends.serving.generation import Generation, last_output, until_disconnect
-from backends.serving.params import check_context_length, completion_params, decode_request
+from backends.serving.params import (
+    asks_for_no_tokens,
+    check_context_length,
+    completion_params,
+    decode_request,
+)
 from backends.serving.prompt import completion_prompt_ids
 from backends.serving.protocol import (
     Completion,
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
+    PromptTokensDetails,
     Usage,
     encoder,
 )
 from backends.serving.state import ServingState
-from backends.serving.stream import SSE_HEADERS, ChunkMaker, DeltaCursor, sse_events, usage_of
+from backends.serving.stream import DONE, SSE_HEADERS, ChunkMaker, DeltaCursor, sse_events, usage_of
 from backends.serving.tracing import RequestTrace
 
 
@@ -52,9 +58,19 @@ async def create_completion(
     body = decode_request(await request.body(), CompletionRequest)
     engine = state.require_engine(body.model)
     params = completion_params(body)
-    prompt_ids = await completion_prompt_ids(engine.engine.tokenizer, body.prompt)
+    tokenizer = engine.engine.tokenizer
+    prompt_ids = await completion_prompt_ids(tokenizer, "" if body.prompt is None else body.prompt)
+    if not prompt_ids:  # no prompt: a new document, as OpenAI's default prompt <|endoftext|> starts one
+        start_id = getattr(tokenizer, "bos_token_id", None)
+        prompt_ids = [tokenizer.eos_token_id if start_id is None else start_id]
     check_context_length(len(prompt_ids), params, engine.engine.max_model_len)
     request_id = f"cmpl-{uuid.uuid4().hex}"
+    if asks_for_no_tokens(body):
+        model = body.model or state.served_model_name
+        if trace is not None:
+            trace.describe(model, body, bool(body.stream))
+            trace.finish(None, model=model)
+        return _no_tokens(request_id, body, len(prompt_ids), model)
     generation = Generation(
         engine,
         request_id,
@@ -100,6 +116,39 @@ async def create_completion(
         usage=usage_of(last),
     )
     return Response(encoder.encode(completion), media_type="application/json", headers=headers)
+
+
+def _no_tokens(request_id: str, body: CompletionRequest, num_prompt_tokens: int, model: str) -> Response[Any]:
+    """``max_tokens: 0``: each choice empty and finished for length, without running the engine."""
+    created = int(time.time())
+    logprobs = None
+    if body.logprobs is not None:
+        logprobs = CompletionLogprobs(tokens=[], token_logprobs=[], top_logprobs=[], text_offset=[])
+    choices = [
+        CompletionChoice(index=i, text="", logprobs=logprobs, finish_reason="length")
+        for i in range(body.n or 1)
+    ]
+    usage = Usage(
+        prompt_tokens=num_prompt_tokens,
+        completion_tokens=0,
+        total_tokens=num_prompt_tokens,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=0),
+    )
+    headers = {"X-Request-Id": request_id}
+    if not body.stream:
+        completion = Completion(id=request_id, created=created, model=model, choices=choices, usage=usage)
+        return Response(encoder.encode(completion), media_type="application/json", headers=headers)
+    events = [
+        b"data: "
+        + encoder.encode(Completion(id=request_id, created=created, model=model, choices=[c]))
+        + b"\n\n"
+        for c in choices
+    ]
+    if body.stream_options is not None and body.stream_options.include_usage:
+        usage_chunk = Completion(id=request_id, created=created, model=model, choices=[], usage=usage)
+        events.append(b"data: " + encoder.encode(usage_chunk) + b"\n\n")
+    events.append(DONE)
+    return Stream(events, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
 
 
 def _choice(output: CompletionOutput, want_logprobs: bool) -> CompletionChoice:

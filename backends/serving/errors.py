@@ -4,9 +4,10 @@
 
     ServingError                      (500 server_error / internal_error: a bug, never expected)
     +-- HTTPError                     (Litestar's 404 / 405 / 413, with their own status)
-    +-- InvalidRequest                (400 invalid_request_error)
+    +-- InvalidRequest                (400 invalid_request_error / invalid_value, missing_required_parameter)
     |   +-- InvalidJSON               (400 invalid_json)
     |   +-- ContextLengthExceeded     (400 context_length_exceeded)
+    |   +-- UnsupportedValue          (400 unsupported_value: valid OpenAI, not served by this engine)
     +-- ModelNotFound                 (404 model_not_found)
     +-- QueueFull                     (429 queue_full, Retry-After: 1)
     +-- NotReady                      (503 model_not_ready, Retry-After: 1)
@@ -19,9 +20,12 @@ the app installs one exception handler that renders any of these with :meth:`Ser
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import msgspec
+
+_HTTP_CODES = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
 
 class ErrorBody(msgspec.Struct):
@@ -81,11 +85,14 @@ class HTTPError(ServingError):
     type = "invalid_request_error"
     default_code: ClassVar[str | None] = None
 
+    def __init__(self, message: str, *, status_code: int) -> None:
+        super().__init__(message, status_code=status_code, code=_HTTP_CODES.get(status_code, "http_error"))
+
 
 class InvalidRequest(ServingError):
     status = 400
     type = "invalid_request_error"
-    default_code: ClassVar[str | None] = None
+    default_code: ClassVar[str | None] = "invalid_value"
 
 
 class InvalidJSON(InvalidRequest):
@@ -94,6 +101,12 @@ class InvalidJSON(InvalidRequest):
 
 class ContextLengthExceeded(InvalidRequest):
     default_code = "context_length_exceeded"
+
+
+class UnsupportedValue(InvalidRequest):
+    """A value OpenAI's API accepts that this engine does not serve (``echo``, ``suffix``, ...)."""
+
+    default_code = "unsupported_value"
 
 
 class ModelNotFound(ServingError):
@@ -134,10 +147,23 @@ class ClientDisconnected(ServingError):
     default_code = "client_disconnected"
 
 
-def param_from_msgspec(message: str) -> str | None:
-    """The field path in a msgspec validation message (``... - at `$.messages[0].role` `` -> that path)."""
-    marker = "- at `$."
-    start = message.rfind(marker)
-    if start < 0:
-        return None
-    return message[start + len(marker) :].rstrip("`")
+_AT = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
+_MISSING = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
+
+
+def invalid_request_from(error: msgspec.ValidationError) -> InvalidRequest:
+    """A msgspec validation error as OpenAI words it (the gateway's gateway/schemas.py does the same)."""
+    text = str(error)
+    match = _AT.search(text)
+    param = (match.group("path") or None) if match else None
+    what = text[: match.start()] if match else text
+    missing = _MISSING.match(what)
+    if missing:
+        name = f"{param}.{missing.group('field')}" if param else missing.group("field")
+        return InvalidRequest(
+            f"Missing required parameter: '{name}'.", param=name, code="missing_required_parameter"
+        )
+    what = what[:1].lower() + what[1:]
+    if param:
+        return InvalidRequest(f"Invalid value for '{param}': {what}.", param=param)
+    return InvalidRequest("The request body must be a JSON object.", code="invalid_type")

@@ -7,13 +7,31 @@ from typing import TypeVar
 import msgspec
 
 from backends.engine.sampling_params import SamplingParams
-from backends.serving.errors import ContextLengthExceeded, InvalidJSON, InvalidRequest, param_from_msgspec
+from backends.serving.errors import (
+    ContextLengthExceeded,
+    InvalidJSON,
+    InvalidRequest,
+    UnsupportedValue,
+    invalid_request_from,
+)
 from backends.serving.protocol import ChatCompletionRequest, CompletionRequest
 
 R = TypeVar("R")
 
 MAX_N = 128
 """Most choices one request may ask for."""
+_MAX_EXACT_INT = 2**53
+"""Past this a float no longer spells its integer exactly."""
+
+
+def _json_number(literal: str) -> float | int:
+    """A JSON number written with a fraction or exponent: a whole one (``2.0``) is the integer it equals,
+    as JSON Schema counts it (and the gateway, gateway/schemas.py), so an integer field takes it."""
+    value = float(literal)
+    return int(value) if value.is_integer() and -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT else value
+
+
+_decoder = msgspec.json.Decoder(float_hook=_json_number)
 
 
 def decode_request(body: bytes, request_type: type[R]) -> R:
@@ -21,9 +39,9 @@ def decode_request(body: bytes, request_type: type[R]) -> R:
     if not body:
         raise InvalidJSON("The request body is empty; expected a JSON object.")
     try:
-        return msgspec.json.decode(body, type=request_type)
+        return msgspec.convert(_decoder.decode(body), request_type)
     except msgspec.ValidationError as exc:
-        raise InvalidRequest(str(exc), param=param_from_msgspec(str(exc))) from exc
+        raise invalid_request_from(exc) from None
     except msgspec.DecodeError as exc:
         raise InvalidJSON(f"The request body is not valid JSON: {exc}") from exc
     except RecursionError:  # msgspec gives up near depth 1,000: a bad body, not a server fault
@@ -34,13 +52,16 @@ def sampling_params(
     request: ChatCompletionRequest | CompletionRequest, *, max_tokens: int | None, logprobs: int | None
 ) -> SamplingParams:
     """The request's sampling fields as SamplingParams, validated (a bad value is a 400 naming it)."""
-    if not 1 <= request.n <= MAX_N:
-        raise InvalidRequest(f"n must be in [1, {MAX_N}], got {request.n}", param="n")
+    n = 1 if request.n is None else request.n
+    if not 1 <= n <= MAX_N:
+        raise InvalidRequest(f"n must be in [1, {MAX_N}], got {n}", param="n")
     stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+    # top_p 0 keeps only the most likely token: greedy, whatever the temperature (OpenAI allows 0)
+    is_greedy = request.top_p == 0
     params = SamplingParams(
-        n=request.n,
-        temperature=1.0 if request.temperature is None else request.temperature,
-        top_p=1.0 if request.top_p is None else request.top_p,
+        n=n,
+        temperature=0.0 if is_greedy else 1.0 if request.temperature is None else request.temperature,
+        top_p=1.0 if request.top_p is None or is_greedy else request.top_p,
         top_k=-1 if request.top_k in (None, 0) else request.top_k,  # vLLM treats 0 as off too
         min_p=request.min_p or 0.0,
         seed=request.seed,
@@ -64,7 +85,10 @@ def sampling_params(
 def chat_params(request: ChatCompletionRequest) -> SamplingParams:
     """SamplingParams of a chat request (no default length cap, as OpenAI's chat API)."""
     if request.top_logprobs is not None and not request.logprobs:
-        raise InvalidRequest("top_logprobs requires logprobs to be true", param="top_logprobs")
+        raise InvalidRequest(
+            "Invalid value for 'top_logprobs': logprobs must be true when top_logprobs is set.",
+            param="top_logprobs",
+        )
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
     max_tokens = (
         request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
@@ -75,13 +99,19 @@ def chat_params(request: ChatCompletionRequest) -> SamplingParams:
 def completion_params(request: CompletionRequest) -> SamplingParams:
     """SamplingParams of a text completion request (16 tokens by default, as OpenAI's completions API)."""
     if request.echo:
-        raise InvalidRequest("echo is not supported", param="echo")
+        raise UnsupportedValue("echo is not supported", param="echo")
     if request.suffix:
-        raise InvalidRequest("suffix is not supported", param="suffix")
-    if request.best_of is not None and request.best_of != request.n:
-        raise InvalidRequest("best_of other than n is not supported", param="best_of")
+        raise UnsupportedValue("suffix is not supported", param="suffix")
+    if request.best_of is not None and request.best_of != (request.n or 1):
+        raise UnsupportedValue("best_of other than n is not supported", param="best_of")
     max_tokens = 16 if request.max_tokens is None else request.max_tokens
-    return sampling_params(request, max_tokens=max_tokens, logprobs=request.logprobs)
+    # max_tokens 0 asks for no tokens at all: the handler answers without the engine (asks_for_no_tokens)
+    return sampling_params(request, max_tokens=max_tokens or 1, logprobs=request.logprobs)
+
+
+def asks_for_no_tokens(request: CompletionRequest) -> bool:
+    """``max_tokens: 0``: OpenAI's completions answer empty choices (finish_reason "length")."""
+    return request.max_tokens == 0
 
 
 def check_context_length(num_prompt_tokens: int, params: SamplingParams, max_model_len: int) -> None:

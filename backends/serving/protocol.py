@@ -8,12 +8,25 @@ exactly as OpenAI's; fields left ``UNSET`` are left out of the JSON, as OpenAI l
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 # ---------------------------------------------------------------------------------------------- requests
+# The engine's half of the validation contract: the same bounds as the gateway's gateway/schemas.py
+# (OpenAI's API reference; null wherever it says nullable, meaning the default), so that nothing the
+# gateway accepts is refused here. tests/reliability/test_validation_contract.py holds both to it.
+
+NumChoices = Annotated[int, msgspec.Meta(ge=1, le=128)]
+Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
+Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
+Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]
+NumLogprobs = Annotated[int, msgspec.Meta(ge=0, le=20)]
+Seed = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
+Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
 
 class StreamOptions(msgspec.Struct):
@@ -32,7 +45,7 @@ class ContentPart(msgspec.Struct):
 class ChatMessage(msgspec.Struct):
     """One chat message; ``content`` is a string, a list of parts, or null (assistant tool calls)."""
 
-    role: str
+    role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
 
@@ -40,16 +53,17 @@ class ChatMessage(msgspec.Struct):
 class _SamplingFields(msgspec.Struct, kw_only=True):
     """Fields shared by chat and text completions (OpenAI's plus vLLM's extras)."""
 
-    model: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    n: int = 1
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    stream: bool = False
+    model: ModelName | None = None
+    """None (or left out) means the served model."""
+    temperature: Temperature | None = None
+    top_p: Probability | None = None
+    """0 is greedy, as temperature 0 is."""
+    n: NumChoices | None = None
+    stop: NonEmptyStr | list[NonEmptyStr] | None = None
+    seed: Seed | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    stream: bool | None = None
     stream_options: StreamOptions | None = None
     user: str | None = None
     # vLLM extras
@@ -65,30 +79,36 @@ class _SamplingFields(msgspec.Struct, kw_only=True):
 class ChatCompletionRequest(_SamplingFields, kw_only=True):
     """``POST /v1/chat/completions``."""
 
-    messages: list[ChatMessage]
-    max_completion_tokens: int | None = None
-    logprobs: bool = False
-    top_logprobs: int | None = None
+    messages: Annotated[list[ChatMessage], msgspec.Meta(min_length=1)]
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    logprobs: bool | None = None
+    top_logprobs: NumLogprobs | None = None
     add_generation_prompt: bool = True
 
 
 class CompletionRequest(_SamplingFields, kw_only=True):
-    """``POST /v1/completions``; ``prompt`` is a string, a list of token ids, or a one-string list."""
+    """``POST /v1/completions``; ``prompt`` is a string, a list of token ids, or a one-string list.
 
-    prompt: str | list[Any]
-    logprobs: int | None = None
-    echo: bool = False
-    best_of: int | None = None
+    A null or empty prompt starts a new document (the model's BOS, else its EOS token, as OpenAI's
+    ``<|endoftext|>``)."""
+
+    prompt: str | Annotated[list[Any], msgspec.Meta(min_length=1)] | None
+    max_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """16 when null; 0 answers empty choices without running the engine (OpenAI allows it)."""
+    logprobs: NumLogprobs | None = None
+    echo: bool | None = None
+    best_of: Annotated[int, msgspec.Meta(ge=0, le=20)] | None = None
     suffix: str | None = None
 
 
 class EmbeddingRequest(msgspec.Struct, kw_only=True):
     """``POST /v1/embeddings``; ``input`` is a string or a list of strings."""
 
-    input: str | list[Any]
-    model: str | None = None
-    encoding_format: str = "float"
-    dimensions: int | None = None
+    input: NonEmptyStr | Annotated[list[Any], msgspec.Meta(min_length=1, max_length=2048)]
+    model: ModelName | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Annotated[int, msgspec.Meta(ge=1)] | None = None
     user: str | None = None
 
 

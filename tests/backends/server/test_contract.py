@@ -57,7 +57,7 @@ def assert_error(
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
-    assert error["message"]
+    assert error["message"] and error["code"]  # every refusal names its reason
     if code is not None:
         assert error["code"] == code
     if param is not None:
@@ -299,12 +299,12 @@ def chat(**fields: object) -> dict[str, object]:
         ({"model": MODEL, "messages": []}, "messages"),
         (chat(temperature="hot"), "temperature"),
         (chat(temperature=-1), "temperature"),
-        (chat(top_p=0), "top_p"),
+        (chat(top_p=1.5), "top_p"),
         (chat(n=0), "n"),
         (chat(max_tokens=0), "max_tokens"),
         (chat(top_logprobs=2), "top_logprobs"),
-        (chat(logprobs=True, top_logprobs=99), "logprobs"),
-        (chat(stop=[""]), "stop"),
+        (chat(logprobs=True, top_logprobs=99), "top_logprobs"),
+        (chat(stop=[""]), "stop[0]"),
         (chat(stream_options={"include_usage": "yes"}), "stream_options.include_usage"),
         ({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
          "messages[0].content"),
@@ -322,13 +322,88 @@ def test_bad_chat_requests_are_400(base_url: str, body: dict[str, object], param
         {"model": MODEL, "prompt": ["a", "b"]},
         {"model": MODEL, "prompt": [1, "b"]},
         {"model": MODEL, "prompt": [999]},
-        {"model": MODEL, "prompt": ""},
         {"model": MODEL, "prompt": "x", "echo": True},
         {"model": MODEL, "prompt": "x", "logprobs": "yes"},
     ],
 )
 def test_bad_completion_requests_are_400(base_url: str, body: dict[str, object]) -> None:
     assert_error(post(base_url, "/v1/completions", body), 400)
+
+
+def test_top_p_zero_is_greedy(base_url: str, fake: FakeAsyncEngine) -> None:
+    response = post(base_url, "/v1/chat/completions", chat(top_p=0, temperature=0.8))
+    assert response.status_code == 200, response.text
+    params = fake.calls[-1]["params"]
+    assert (params.temperature, params.top_p, params.is_greedy) == (0.0, 1.0, True)
+
+
+def test_nulls_mean_the_defaults(base_url: str, fake: FakeAsyncEngine) -> None:
+    nulls = dict.fromkeys(["stream", "n", "temperature", "top_p", "max_tokens", "logprobs", "seed", "stop"])
+    response = post(base_url, "/v1/chat/completions", chat(**nulls, top_logprobs=None, stream_options=None))
+    assert response.status_code == 200, response.text
+    params = fake.calls[-1]["params"]
+    assert (params.n, params.temperature, params.top_p, params.max_tokens) == (1, 1.0, 1.0, None)
+    response = post(base_url, "/v1/completions", {"model": MODEL, "prompt": "x", **nulls, "echo": None})
+    assert response.status_code == 200, response.text
+    assert fake.calls[-1]["params"].max_tokens == 16
+
+
+def test_max_tokens_zero_completion_is_empty(base_url: str, fake: FakeAsyncEngine) -> None:
+    num_calls = len(fake.calls)
+    body = {"model": MODEL, "prompt": "Once", "max_tokens": 0, "n": 2, "logprobs": 1}
+    result = post(base_url, "/v1/completions", body).json()
+    assert [(c["index"], c["text"], c["finish_reason"]) for c in result["choices"]] == [
+        (0, "", "length"),
+        (1, "", "length"),
+    ]
+    assert result["choices"][0]["logprobs"]["tokens"] == []
+    assert result["usage"] == {
+        "prompt_tokens": 4,
+        "completion_tokens": 0,
+        "total_tokens": 4,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
+    stream = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", f"{base_url}/v1/completions", json=stream, timeout=20) as response:
+        assert response.status_code == 200
+        events = b"".join(response.iter_bytes()).split(b"\n\n")
+    assert events[-2:] == [b"data: [DONE]", b""]
+    payloads = [json.loads(e[len(b"data: ") :]) for e in events[:-2]]
+    assert [p["choices"][0]["finish_reason"] for p in payloads[:2]] == ["length", "length"]
+    assert payloads[2]["choices"] == [] and payloads[2]["usage"]["completion_tokens"] == 0
+    assert len(fake.calls) == num_calls  # the engine was never asked
+    assert_error(
+        post(base_url, "/v1/chat/completions", chat(max_tokens=0)), 400, "invalid_value", "max_tokens"
+    )
+
+
+@pytest.mark.parametrize("prompt", ["", None])
+def test_no_prompt_starts_a_new_document(base_url: str, fake: FakeAsyncEngine, prompt: str | None) -> None:
+    response = post(base_url, "/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 2})
+    assert response.status_code == 200, response.text
+    assert fake.calls[-1]["prompt"] == [256]  # the fake's EOS (it has no BOS): OpenAI's <|endoftext|>
+
+
+def test_function_role_is_a_tool_result(base_url: str, fake: FakeAsyncEngine) -> None:
+    messages = [{"role": "user", "content": "Hi"}, {"role": "function", "name": "f", "content": "42"}]
+    response = post(base_url, "/v1/chat/completions", {"model": MODEL, "messages": messages})
+    assert response.status_code == 200, response.text
+    assert "<|im_start|>tool\n42" in bytes(fake.calls[-1]["prompt"]).decode()
+
+
+def test_refusals_are_worded_as_openai_words_them(base_url: str) -> None:
+    response = post(base_url, "/v1/chat/completions", chat(stream="yes"))
+    assert response.json()["error"] == {
+        "message": "Invalid value for 'stream': expected `bool | null`, got `str`.",
+        "type": "invalid_request_error",
+        "param": "stream",
+        "code": "invalid_value",
+    }
+    error = post(base_url, "/v1/chat/completions", {"model": MODEL}).json()["error"]
+    assert (error["param"], error["code"]) == ("messages", "missing_required_parameter")
+    assert_error(post(base_url, "/v1/completions", {"model": MODEL, "prompt": "x", "echo": True}), 400,
+                 "unsupported_value", "echo")  # fmt: skip
+    assert_error(httpx.get(f"{base_url}/v1/nothing"), 404, "not_found")
 
 
 def test_unknown_model_is_404(client: openai.OpenAI, base_url: str) -> None:

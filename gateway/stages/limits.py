@@ -127,7 +127,7 @@ class EnforceLimits:
             budgets=budgets,
             reserve_tokens=reserve,
             now_s=now,
-            lease_ttl_s=call.policy.timeouts.total_s + 60.0,
+            lease_ttl_s=_lifetime_bound_s(call),
             month=month,
         )
         if not rules and not budgets:  # nothing to check; the ledger still counts the usage
@@ -176,6 +176,18 @@ class EnforceLimits:
                 logger.warning("could not settle request %s: store unavailable", call.request_id)
 
         return settle
+
+
+LEASE_MARGIN_S = 60.0
+"""A lease's bound past its request's ``total_s`` (time before the upstream call and after it)."""
+
+
+def _lifetime_bound_s(call: Call) -> float:
+    """The longest a request holds its concurrency leases: its pool's ``total_s`` plus a margin (a
+    shared store renews them up to this while the request runs, and drops them sooner if it dies)."""
+    policy = call.policy
+    timeouts = policy.timeouts_for(call.pool) if call.pool in policy.pools else policy.timeouts
+    return timeouts.total_s + LEASE_MARGIN_S
 
 
 def _denial(reason: str | None, scope: str | None, exceeds: bool, headers: dict[str, str]) -> RateLimited:

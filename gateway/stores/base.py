@@ -5,7 +5,9 @@ A store answers three questions for the rate-limit stage, each in one round trip
 - ``admit(Admission) -> Decision``: may this request start? Checks every rule (requests, tokens and
   concurrent requests per minute, monthly budgets) and, when all pass, takes everything at once.
 - ``settle(Settlement)``: the request ended; replace the token reservation with the real usage, release
-  the concurrency leases, add the spend and usage to the monthly ledger. Idempotent per request id.
+  the concurrency leases, add the spend and usage to the monthly ledger. Idempotent per request id, so
+  a settle that failed (or timed out) can be sent again: the failover store keeps those Redis could
+  not take and sends them when it answers.
 - ``usage(month)``: the ledger, per tenant, key and pool.
 
 Windows are sliding, with one-second buckets: a request admitted at time ``t`` counts against every
@@ -81,7 +83,9 @@ class Admission(msgspec.Struct, frozen=True):
     now_s: float
     """Unix seconds from the injected clock (replicas sharing a store must share the clock's epoch)."""
     lease_ttl_s: float
-    """A concurrency lease expires on its own after this (a crashed gateway never leaks it for long)."""
+    """The longest this request may hold its concurrency leases (its own lifetime bound). The memory
+    store keeps them this long at most; Redis ones expire ``RedisStore.lease_expiry_s`` (30 s) after their
+    replica last renewed them, and it renews them up to this while the request runs."""
     month: str
     """UTC calendar month, ``"2026-11"``."""
 
@@ -196,7 +200,8 @@ class Store(Protocol):
         ...
 
     async def settle(self, settlement: Settlement) -> None:
-        """Real usage replaces the reservation; leases released; ledger updated. A repeat is a no-op."""
+        """Real usage replaces the reservation; leases released; ledger updated. A repeat is a no-op.
+        Raises StoreUnavailable when the store did not take it (RedisStore; FailoverStore keeps it)."""
         ...
 
     async def usage(self, month: str, tenant: str | None = None) -> UsageReport:

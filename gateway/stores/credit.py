@@ -26,10 +26,16 @@ off the hot path and gives up nothing the store promises:
   above zero. Spend is only known at settle time in any case.
 
 Usage reports (``usage``) flush first. Another replica's settles show up within its flush interval.
-If Redis is down, settles stay pending and are written once it answers again. Admits that need Redis
-raise ``StoreUnavailable`` as before, and the FailoverStore around this one decides what happens.
-The first failure drops all credit (it is handed back once Redis answers). Until then, at most the
-rest of the current second, requests already paid for in Redis are still admitted from credit.
+If Redis is down, settles stay pending and are written once it answers again (``writeback.py``: a
+write is applied once, even one that timed out here and ran when Redis resumed). Admits that need
+Redis raise ``StoreUnavailable`` as before, and the FailoverStore around this one decides what
+happens. The first failure drops all credit (it is handed back once Redis answers). Until then, at
+most the rest of the current second, requests already paid for in Redis are still admitted from
+credit. An admit that failed may still run when Redis resumes: its lease and spare slots
+(``<id>``, ``<id>#1``...) are released by the next write, which Redis runs after it.
+
+Leases in use are renewed while their requests run (``leases.py``): a replica that dies or loses
+Redis frees them within ``RedisStore.lease_expiry_s``.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 from gateway.stores.base import (
@@ -52,16 +58,18 @@ from gateway.stores.base import (
     UsageReport,
 )
 from gateway.stores.credit_plan import CreditPlan
+from gateway.stores.leases import LeaseBook
 from gateway.stores.pending import PendingWrites
 from gateway.stores.redis import RedisStore
+from gateway.stores.writeback import WriteBack
 
 logger = logging.getLogger("switchyard.stores")
 
 MIN_POOLED_LIMIT = 64
 """Lease slots are kept as spares only under concurrency limits this large (admit.lua grants none below)."""
-REUSE_MARGIN_S = 10.0
-"""A spare slot serves a new request only while it outlives that request's lease by this little at most."""
 _MAX_SETTLED_IDS = 8192
+_CREDITED = ("requests", "tokens", "concurrency")
+"""Denials that credit (window units, spare lease slots) can answer."""
 
 
 class CreditStore:
@@ -99,13 +107,13 @@ class CreditStore:
         self._slots: dict[str, list[tuple[str, float, float]]] = {}
         """Lease set -> spare slots (member, lease expiry, unused since)."""
         self._slot_tenants: dict[str, str] = {}
-        self._held: dict[str, list[tuple[str, str, float, bool]]] = {}
-        """Request id -> its leases (lease set, member, expiry, may become a spare)."""
+        self._leases = LeaseBook(redis.lease_expiry_s)
+        """Request id -> its leases, renewed while it runs."""
         self._plans: dict[tuple[str, str, tuple[LimitRule, ...]], CreditPlan] = {}
         """(tenant, month, rules) -> its keys, checks and last answer from Redis."""
         self._rooms: dict[tuple[str, str], dict[tuple[BudgetRule, ...], list[float]]] = {}
         """(tenant, month) -> budgets -> [second Redis answered in, budget room left]."""
-        self._pending: dict[str, PendingWrites] = {}
+        self._writes = WriteBack(redis, on_failure=self._drop_credit)
         self._asking: dict[tuple[str, str, tuple[LimitRule, ...]], asyncio.Future[None]] = {}
         """Rule sets with a credit request on its way to Redis -> done when it is answered."""
         self._settled: dict[str, None] = {}
@@ -143,7 +151,9 @@ class CreditStore:
                 return None
         reserve = admission.reserve_tokens
         windows, slots = self._windows, self._slots
-        reuse_by = now + admission.lease_ttl_s - REUSE_MARGIN_S
+        # a spare slot serves a request only with two thirds of a fresh lease's life left: the next
+        # renewal comes before it ends
+        reuse_by = now + self._leases.ttl_s(admission.lease_ttl_s) - self._leases.renew_every_s
         for kind, key in plan.local:
             if kind == 3:
                 spare = slots.get(key)
@@ -156,16 +166,19 @@ class CreditStore:
                     if credit is None or credit[1] != cur or credit[2] < need:
                         return None
         held = []
+        expiry = math.inf
         for kind, key in plan.local:
             if kind == 3:
-                member, expiry, _ = slots[key].pop()
-                held.append((key, member, expiry, True))
+                member, slot_expiry, _ = slots[key].pop()
+                held.append((key, member, True))
+                expiry = min(expiry, slot_expiry)
             elif kind == 1:
                 windows[key][2] -= 1
             elif reserve:
                 windows[key][2] -= reserve
         if held:
-            self._held[admission.request_id] = held
+            until = now + admission.lease_ttl_s
+            self._leases.hold(admission.request_id, admission.tenant, held, expiry_s=expiry, until_s=until)
         snapshot = plan.snapshot
         assert snapshot is not None
         snapshot[1] += 1
@@ -207,7 +220,7 @@ class CreditStore:
                 if credit is not None and credit[2] > 0:
                     self._pending_of(tenant).add_adjust(key, credit[1], -credit[2])
         # the tenant's pending settles go first, in the same write: Redis sees the spend and room
-        # they hold before it judges this request
+        # they hold before it judges this request (a write that fails is kept and sent again)
         flushed = self._flush_soon(tenant)
         # one credit request at a time per rule set: sixteen admits missing credit at once must not
         # each take a sixteenth of the room
@@ -220,24 +233,43 @@ class CreditStore:
         try:
             decision, room, grants = await self.redis.admit_with_credit(admission, want)
         except StoreUnavailable:
-            self._hand_back(self._clock(), everything=True)  # no credit spent while Redis is away
+            self._drop_credit()  # no credit spent while Redis is away
+            self._release_after_failure(admission, plan, num_slots=want[2] if want else 0)
             raise
         finally:
             if answered is not None:
                 del self._asking[asking]
                 answered.set_result(None)
-            if flushed is not None:
-                await flushed
+        # before any await: the credit granted is there for the requests whose answers come next
+        decision = self._answered(admission, plan, decision, room, grants)
+        if flushed is not None:
+            await flushed  # done before this request's next call (a NOSCRIPT retry may trail the admit)
+        return decision
+
+    def _answered(
+        self,
+        admission: Admission,
+        plan: CreditPlan,
+        decision: Decision,
+        room: float | None,
+        grants: list[int],
+    ) -> Decision:
+        """Take what Redis granted with an admit; the decision for the request."""
         if not decision.allowed:
+            # Redis counted the credit a request beside this one took for this replica (its reply came
+            # first): that credit serves this one, so this replica's credit never denies its own request
+            if decision.reason in _CREDITED and plan.snapshot is not None:
+                return self._admit_locally(admission, plan) or decision
             return decision
+        tenant, key_names, checks = admission.tenant, plan.key_names, plan.checks
         now, request_id = admission.now_s, admission.request_id
         cur = math.floor(now)
         held = []
+        expiry = now + self._leases.ttl_s(admission.lease_ttl_s)  # as admit.lua wrote it
         for (kind, _, key_no, limit), granted in zip(checks, grants, strict=True):
             key = key_names[key_no - 1]
             if kind == 3:
-                expiry = now + admission.lease_ttl_s
-                held.append((key, request_id, expiry, limit >= MIN_POOLED_LIMIT))
+                held.append((key, request_id, limit >= MIN_POOLED_LIMIT))
                 if granted:
                     spare = self._slots.setdefault(key, [])
                     spare.extend((f"{request_id}#{n}", expiry, now) for n in range(1, granted + 1))
@@ -251,7 +283,8 @@ class CreditStore:
                         self._pending_of(tenant).add_adjust(key, credit[1], -credit[2])
                     self._windows[key] = [tenant, cur, granted]
         if held:
-            self._held[request_id] = held
+            until = now + admission.lease_ttl_s
+            self._leases.hold(request_id, tenant, held, expiry_s=expiry, until_s=until)
         plan.snapshot = [decision, 0, 0]
         if room is not None:
             if len(self._rooms) >= 4096:  # tenants x months
@@ -259,6 +292,17 @@ class CreditStore:
             self._rooms.setdefault((tenant, admission.month), {})[admission.budgets] = [cur, room]
         self._start_ticker()
         return decision
+
+    def _release_after_failure(self, admission: Admission, plan: CreditPlan, *, num_slots: int) -> None:
+        """An admit that failed may still run when Redis resumes: its lease and the spare slots it asked
+        for are released by the next write, which Redis runs after it (the same connection)."""
+        request_id = admission.request_id
+        members = [request_id, *(f"{request_id}#{n}" for n in range(1, num_slots + 1))]
+        pending = self._pending_of(admission.tenant)
+        for kind, key in plan.local:
+            if kind == 3:
+                pending.add_release(key, members)
+        self._start_ticker()
 
     # ---- settle ----------------------------------------------------------------------------
 
@@ -299,12 +343,14 @@ class CreditStore:
                 else:
                     pending.add_adjust(key, bucket, delta)
 
-        for key, member, expiry, poolable in self._held.pop(request_id, ()):
-            if poolable and expiry > now:
-                self._slots.setdefault(key, []).append((member, expiry, now))
-                self._slot_tenants[key] = tenant
-            else:
-                pending.add_release(key, [member])
+        held = self._leases.release(request_id)
+        if held is not None:
+            for key, member, poolable in held.leases:
+                if poolable and held.expiry_s > now:
+                    self._slots.setdefault(key, []).append((member, held.expiry_s, now))
+                    self._slot_tenants[key] = tenant
+                else:
+                    pending.add_release(key, [member])
         self._start_ticker()
 
     def _token_keys(self, tenant: str, rules: tuple[LimitRule, ...]) -> list[str]:
@@ -314,30 +360,17 @@ class CreditStore:
     # ---- flushing --------------------------------------------------------------------------
 
     def _pending_of(self, tenant: str) -> PendingWrites:
-        pending = self._pending.get(tenant)
-        if pending is None:
-            pending = self._pending[tenant] = PendingWrites()
-        return pending
+        return self._writes.of(tenant)
 
-    def _flush_soon(self, tenant: str) -> Coroutine[Any, Any, None] | None:
-        """Queue the tenant's pending flush now (ahead of any Redis call after it); await the result."""
-        pending = self._pending.pop(tenant, None)
-        if pending is None or pending.empty():
-            return None
-        keys, spec = pending.spec(tenant, self.redis.keys, self.redis.ledger_ttl_s)
-        sent = self.redis.flush_soon(keys, spec)
+    def _flush_soon(self, tenant: str) -> asyncio.Future[list[Any]] | None:
+        """Queue the tenant's writes now (ahead of any Redis call after it)."""
+        return self._writes.send_soon(tenant, self._clock())
 
-        async def outcome() -> None:
-            try:
-                await sent
-            except BaseException as exc:
-                # keep it for the next flush (what piled up meanwhile is newer; sums do not care)
-                self._pending_of(tenant).merge(pending)
-                if isinstance(exc, StoreUnavailable):
-                    self._hand_back(self._clock(), everything=True)  # no credit while Redis is away
-                raise
-
-        return outcome()
+    def _drop_credit(self) -> None:
+        """Redis failed: hand all credit back, and no lease held now becomes a spare slot (it may be gone
+        from Redis by the time its request ends)."""
+        self._hand_back(self._clock(), everything=True)
+        self._leases.unpool()
 
     def _hand_back(self, now: float, *, everything: bool = False) -> None:
         """Window credit of seconds gone by and spare slots unused for a while go to pending."""
@@ -362,14 +395,12 @@ class CreditStore:
                     self._slot_tenants.pop(key, None)
 
     async def flush(self) -> None:
-        """Write every tenant's pending settles now (raises StoreUnavailable when Redis does not answer)."""
-        self._hand_back(self._clock())
-        sent = [flushed for tenant in list(self._pending) if (flushed := self._flush_soon(tenant))]
-        # queued in one loop turn: one write to Redis for every tenant
-        outcomes = await asyncio.gather(*sent, return_exceptions=True)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
+        """Write every tenant's settles, spent credit and lease renewals now (raises StoreUnavailable
+        when Redis does not answer: what it did not take is kept)."""
+        now = self._clock()
+        self._hand_back(now)
+        self._writes.add_renewals(self._leases.renewals(now))
+        await self._writes.flush(now)
 
     def _start_ticker(self) -> None:
         if self._ticker is None and not self._closed:
@@ -377,7 +408,10 @@ class CreditStore:
 
     async def _tick(self) -> None:
         while True:
-            await asyncio.sleep(self._flush_interval_s)
+            # while Redis fails, once a second: each try queues the writes kept again on a stalled socket
+            await asyncio.sleep(
+                max(self._flush_interval_s, 1.0) if self._flush_failed else self._flush_interval_s
+            )
             try:
                 await self.flush()
             except StoreUnavailable as exc:

@@ -13,10 +13,18 @@ After the interval one call probes the primary (the others keep using the fallba
 it answers the circuit closes, so recovery needs no restart. A request admitted by the fallback is
 settled there too (its reservation and leases live there); the ledger it records there is added to
 the primary's in ``usage``.
+
+A request the primary admitted is settled in the primary, in both modes: a settle it cannot take now
+(it failed, or the circuit is open) is kept and handed to it again before anything else once it
+answers (a probe, ``flush``, or every ``retry_interval_s`` by itself while any are kept), so its
+leases, its reservation and its ledger entry are never lost to an outage. Settles are idempotent per
+request id, so one that timed out but ran anyway counts once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -28,7 +36,7 @@ from gateway.stores.base import Admission, Decision, Settlement, Store, StoreUna
 FailMode = Literal["fail_open", "fail_closed"]
 T = TypeVar("T")
 
-_MAX_TRACKED_IDS = 100_000  # fallback-admitted request ids awaiting their settle
+_MAX_TRACKED_IDS = 100_000  # fallback-admitted request ids awaiting their settle; settles kept
 
 
 class FailoverStore:
@@ -65,6 +73,10 @@ class FailoverStore:
         self._open_until: float | None = None  # None: circuit closed
         self._probing = False
         self._fallback_ids: OrderedDict[str, None] = OrderedDict()
+        self._unsettled: OrderedDict[str, Settlement] = OrderedDict()
+        """Settles of requests the primary admitted, kept until it answers again."""
+        self._recovery: asyncio.Task[None] | None = None
+        self._closed = False
         self._log = logging.getLogger("switchyard.stores")
 
     @property
@@ -74,11 +86,11 @@ class FailoverStore:
 
     async def admit(self, admission: Admission) -> Decision:
         try:
-            if self._open_until is None:  # the common case, without a closure and a coroutine more
+            if self._open_until is None and not self._unsettled:  # the common case, without a closure
                 try:
                     return await self.primary.admit(admission)
-                except StoreUnavailable:
-                    self._trip()
+                except StoreUnavailable as exc:
+                    self._trip(exc)
                     raise
             return await self._on_primary(lambda: self.primary.admit(admission))
         except StoreUnavailable:
@@ -96,21 +108,25 @@ class FailoverStore:
             del self._fallback_ids[settlement.request_id]
             await self._use_fallback("settle", lambda: self.fallback.settle(settlement))
             return
-        try:
-            if self._open_until is None:
-                try:
-                    await self.primary.settle(settlement)
-                    return
-                except StoreUnavailable:
-                    self._trip()
-                    raise
-            await self._on_primary(lambda: self.primary.settle(settlement))
+        if self._open_until is None:
+            try:
+                await self.primary.settle(settlement)
+                return
+            except StoreUnavailable as exc:
+                self._trip(exc)
+        # admitted by the primary, which cannot take it now: kept for when it answers
+        self._unsettled[settlement.request_id] = settlement
+        self._start_recovery()
+        while len(self._unsettled) > _MAX_TRACKED_IDS:
+            _, dropped = self._unsettled.popitem(last=False)
+            await self._drop(dropped)
+
+    async def _drop(self, settlement: Settlement) -> None:
+        """A kept settle past the bound: its leases and reservation in the primary age out on their own;
+        under fail_open its ledger entry is kept locally."""
+        if self.mode == "fail_closed":
+            self._log.warning("settle of request %s dropped: too many kept", settlement.request_id)
             return
-        except StoreUnavailable:
-            if self.mode == "fail_closed":
-                raise
-        # admitted by the primary, which is down now: keep the ledger locally; the reservation and
-        # leases in the primary age out on their own
         ledger_only = Settlement(
             tenant=settlement.tenant,
             request_id=settlement.request_id,
@@ -136,11 +152,56 @@ class FailoverStore:
         return await self.primary.ping()
 
     async def flush(self) -> None:
+        """Hand the primary the settles kept for it, then have it write what it holds back."""
         await self._on_primary(self.primary.flush)
 
     async def close(self) -> None:
+        self._closed = True
+        if self._recovery is not None:
+            self._recovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recovery
+        if self._unsettled:
+            with contextlib.suppress(StoreUnavailable):
+                await self._on_primary(self.primary.flush)
+        if self._unsettled:
+            self._log.warning("closing with %d settles Redis never took", len(self._unsettled))
         await self.primary.close()
         await self.fallback.close()
+
+    # ---- settles kept for the primary -----------------------------------------------------------
+
+    async def _replay(self) -> None:
+        """Hand the kept settles to the primary (one loop turn: they share its writes); raise
+        StoreUnavailable, keeping those it did not take, when it fails."""
+        kept, self._unsettled = self._unsettled, OrderedDict()
+        results = await asyncio.gather(
+            *(self.primary.settle(s) for s in kept.values()), return_exceptions=True
+        )
+        failure: BaseException | None = None
+        for settlement, result in zip(kept.values(), results, strict=True):
+            if isinstance(result, BaseException):
+                self._unsettled[settlement.request_id] = settlement
+                failure = failure or result
+        if failure is not None:
+            self._start_recovery()
+            raise failure
+
+    def _start_recovery(self) -> None:
+        if (self._recovery is None or self._recovery.done()) and not self._closed:
+            self._recovery = asyncio.get_running_loop().create_task(self._recover())
+
+    async def _recover(self) -> None:
+        """While settles are kept: every ``retry_interval_s``, probe the primary with them (no request
+        needs to come for them to be written)."""
+        while self._unsettled:
+            await asyncio.sleep(self.retry_interval_s)
+            try:
+                await self._on_primary(self.primary.flush)
+            except StoreUnavailable:
+                pass  # still down: kept
+            except Exception:  # a bug must not stop the next try
+                self._log.exception("handing kept settles to the rate-limit store failed")
 
     # ---- the breaker ----------------------------------------------------------------------------
 
@@ -153,9 +214,11 @@ class FailoverStore:
                 raise StoreUnavailable(retry_after_s=wait_s)
             self._probing = True  # this call probes; the others keep to the fallback meanwhile
         try:
+            if self._unsettled:  # before anything else: leases they hold must not deny this call
+                await self._replay()
             result = await call()
-        except StoreUnavailable:
-            self._trip()
+        except StoreUnavailable as exc:
+            self._trip(exc)
             raise
         finally:
             self._probing = False
@@ -164,10 +227,11 @@ class FailoverStore:
             self._log.warning("rate-limit store is back; leaving %s mode", self.mode)
         return result
 
-    def _trip(self) -> None:
+    def _trip(self, exc: StoreUnavailable) -> None:
         if self._open_until is None:
             self._log.warning(
-                "rate-limit store unavailable; %s until it answers (retrying every %.1fs)",
+                "rate-limit store unavailable (%s); %s until it answers (retrying every %.1fs)",
+                exc,
                 self.mode,
                 self.retry_interval_s,
             )

@@ -56,6 +56,10 @@ class KeySpace:
         """Set of settled request ids, one set per minute of reservation (fewer keys than one per id)."""
         return f"{self.tenant(tenant)}:settled:{math.floor(reserved_at_s / WINDOW_S)}"
 
+    def written(self, tenant: str, at_s: float) -> str:
+        """Set of the flush write ids applied, one set per minute the writes were made in."""
+        return f"{self.tenant(tenant)}:written:{math.floor(at_s / WINDOW_S)}"
+
     def usage_pattern(self, month: str) -> str:
         """SCAN pattern matching every tenant's ledger of ``month``."""
         return f"{self.prefix}{{t:*}}:usage:{month}"

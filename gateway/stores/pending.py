@@ -1,13 +1,14 @@
-"""PendingWrites: what a CreditStore owes Redis for one tenant, summed until its next flush.
+"""PendingWrites: what a replica owes Redis for one tenant, summed until it is sent.
 
 Settles add usage (per month, key and pool), token corrections (per window and bucket second) and
-lease releases; unspent credit adds negative corrections. ``spec`` turns it into one
-``lua/flush.lua`` call; ``merge`` takes a failed flush back.
+lease releases; unspent credit adds negative corrections; held leases add renewals. ``spec`` turns it
+into one ``lua/flush.lua`` call under a write id: flush.lua applies each id once, so a write sent again
+after a timeout (it may have run when Redis resumed) is not applied twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -19,23 +20,28 @@ _json = msgspec.json.Encoder().encode
 
 _MAX_PENDING_RELEASES = 10000
 """Lease releases kept per lease set while Redis is away (past that, leases expire by themselves)."""
+WRITTEN_TTL_S = 300
+"""How long flush.lua remembers the ids it applied. Copies of a write that timed out run when Redis
+resumes; the replica sends it again within a couple of seconds after that (its next flush)."""
 
 
 class PendingWrites:
-    """What one tenant's settles and refunds left to write."""
+    """What one tenant's settles, refunds and renewals left to write."""
 
-    __slots__ = ("adjust", "release", "usage")
+    __slots__ = ("adjust", "release", "renew", "usage")
 
     def __init__(self) -> None:
         self.usage: dict[tuple[str, str, str], list[Any]] = {}
         """(month, key id, pool) -> [requests, input tokens, output tokens, cost in USD]."""
         self.adjust: dict[tuple[str, int], int] = {}
         """(window key, bucket second) -> change."""
+        self.renew: dict[str, dict[str, float]] = {}
+        """Lease set -> member -> new expiry (Unix seconds)."""
         self.release: dict[str, list[str]] = {}
         """Lease set -> members to remove."""
 
     def empty(self) -> bool:
-        return not (self.usage or self.adjust or self.release)
+        return not (self.usage or self.adjust or self.renew or self.release)
 
     def add_usage(
         self, month: str, key_id: str, pool: str, input_tokens: int, output_tokens: int, cost: float
@@ -52,27 +58,21 @@ class PendingWrites:
     def add_adjust(self, key: str, bucket: int, delta: int) -> None:
         self.adjust[(key, bucket)] = self.adjust.get((key, bucket), 0) + delta
 
+    def add_renew(self, key: str, members: Mapping[str, float]) -> None:
+        held = self.renew.setdefault(key, {})
+        for member, expiry_s in members.items():
+            held[member] = max(expiry_s, held.get(member, expiry_s))
+
     def add_release(self, key: str, members: Sequence[str]) -> None:
         held = self.release.setdefault(key, [])
         if len(held) < _MAX_PENDING_RELEASES:  # past that, the leases' own expiry frees them
             held.extend(members)
 
-    def merge(self, other: PendingWrites) -> None:
-        """Take back a flush that failed (``other`` is older than what piled up since)."""
-        for (month, key_id, pool), (requests, input_tokens, output_tokens, cost) in other.usage.items():
-            totals = self.usage.setdefault((month, key_id, pool), [0, 0, 0, 0.0])
-            totals[0] += requests
-            totals[1] += input_tokens
-            totals[2] += output_tokens
-            totals[3] += cost
-        for (key, bucket), delta in other.adjust.items():
-            self.add_adjust(key, bucket, delta)
-        for key, members in other.release.items():
-            self.add_release(key, members)
-
-    def spec(self, tenant: str, keys: KeySpace, ledger_ttl_s: int) -> tuple[list[str], bytes]:
-        """The KEYS and the ARGV of one ``flush.lua`` call."""
-        names: list[str] = []
+    def spec(
+        self, tenant: str, keys: KeySpace, ledger_ttl_s: int, *, now_s: float, write_id: str
+    ) -> tuple[list[str], bytes]:
+        """The KEYS and the ARGV of one ``flush.lua`` call; KEYS[1] remembers the write ids applied."""
+        names: list[str] = [keys.written(tenant, now_s)]
         numbers: dict[str, int] = {}
 
         def number(key: str) -> int:
@@ -101,12 +101,20 @@ class PendingWrites:
                 field = usage_field(scope, "cost_usd")
                 floats[field] = floats.get(field, 0.0) + cost
         spec: dict[str, Any] = {
+            "id": write_id,
+            "written_ttl": WRITTEN_TTL_S,
+            "now": now_s,
             "ledger_ttl": ledger_ttl_s,
             "ledgers": [
                 [number(ledger), ints, {field: repr(value) for field, value in floats.items()}]
                 for ledger, (ints, floats) in ledgers.items()
             ],  # costs as strings: HINCRBYFLOAT gets every digit
             "adjust": [[number(key), bucket, delta] for (key, bucket), delta in self.adjust.items() if delta],
+            "renew": [
+                [number(key), *(x for member, expiry in members.items() for x in (member, expiry))]
+                for key, members in self.renew.items()
+                if members
+            ],
             "release": [[number(key), *members] for key, members in self.release.items() if members],
         }
         return names, _json(spec)

@@ -7,15 +7,23 @@ packing ~30 separate arguments cost more client CPU than the script itself.
 Scripts are called by their SHA1, computed locally, so the first call needs no SCRIPT LOAD; on
 NOSCRIPT (a restarted or flushed Redis) the script is loaded and the call repeated. Every call is
 bounded by ``timeout_s`` end to end; any failure to answer becomes ``StoreUnavailable`` at once
-(no retries here: the failover wrapper decides what happens next).
+(no retries of the call here: the failover wrapper decides what happens next).
+
+Leases are written to expire ``lease_expiry_s`` ahead and renewed while their request runs
+(``leases.py``). A call that timed out may still run when a stalled Redis resumes: the leases of an
+admit that failed so are released by a later write on the same connection (so after it), and a
+settle is applied once per request id however often it is sent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import logging
 import math
-from collections.abc import Awaitable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -34,8 +42,12 @@ from gateway.stores.base import (
     tenant_usage_from_fields,
 )
 from gateway.stores.keys import KeySpace
+from gateway.stores.leases import LEASE_EXPIRY_S, LeaseBook
 from gateway.stores.resp import RespClient, RespError
 from gateway.stores.resp_commands import RespCommands
+from gateway.stores.writeback import WriteBack
+
+logger = logging.getLogger("switchyard.stores")
 
 _REASONS = {1: "requests", 2: "tokens", 3: "concurrency", 4: "budget"}
 _LEDGER_TTL_S = 400 * 86400  # 13 months and a bit
@@ -93,6 +105,9 @@ class RedisStore:
         settled_ttl_s: how long a settled request id is remembered (a repeat settle after that would count
             again; settles come within the request's own lifetime).
         ledger_ttl_s: how long a month's ledger lives after its last settle.
+        lease_expiry_s: how long a concurrency lease outlives its replica's last renewal (a replica that
+            dies frees its leases within this); see ``leases.py``.
+        clock: Unix seconds, for renewing leases (replicas must share the clock's epoch).
     """
 
     def __init__(
@@ -104,8 +119,11 @@ class RedisStore:
         prefix: str = "sy:",
         settled_ttl_s: float = 3600.0,
         ledger_ttl_s: int = _LEDGER_TTL_S,
+        lease_expiry_s: float = LEASE_EXPIRY_S,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.timeout_s = timeout_s
+        self.lease_expiry_s = lease_expiry_s
         self.admin_timeout_s = admin_timeout_s
         self.keys = KeySpace(prefix)
         self._settled_ttl_s = math.ceil(settled_ttl_s)
@@ -118,6 +136,13 @@ class RedisStore:
         self._fast: RespClient | None = None
         self._batches: dict[tuple[str, tuple[str, ...]], list[tuple[bytes, asyncio.Future[list[Any]]]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._clock = clock
+        self._leases = LeaseBook(lease_expiry_s)
+        """Leases of the requests admitted through ``admit`` (CreditStore keeps its own)."""
+        self._writes = WriteBack(self)
+        """Lease renewals, and releases of admits that failed, owed to Redis."""
+        self._ticker: asyncio.Task[None] | None = None
+        self._closed = False
         if isinstance(url_or_client, str):
             # the hot path (admit, settle, ping) on one connection; usage on a second, opened on first
             # use, so a long report never queues admits behind it. No retries: failover decides.
@@ -131,8 +156,33 @@ class RedisStore:
     # ---- the Store protocol -----------------------------------------------------------------
 
     async def admit(self, admission: Admission) -> Decision:
-        decision, _, _ = await self.admit_with_credit(admission, None)
+        tenant = admission.tenant
+        owed = self._writes.send_soon(tenant, self._clock())  # what is owed goes ahead, in the same write
+        try:
+            decision, _, _ = await self.admit_with_credit(admission, None)
+        except StoreUnavailable:
+            # it may still run when Redis resumes: release its leases after it, on the same connection
+            for key in self._lease_keys(admission):
+                self._writes.of(tenant).add_release(key, [admission.request_id])
+            self._start_ticker()
+            raise
+        if decision.allowed and (keys := self._lease_keys(admission)):
+            request_id = admission.request_id
+            self._leases.hold(
+                request_id,
+                tenant,
+                [(key, request_id, False) for key in keys],
+                expiry_s=admission.now_s + self._leases.ttl_s(admission.lease_ttl_s),
+                until_s=admission.now_s + admission.lease_ttl_s,
+            )
+            self._start_ticker()
+        if owed is not None:
+            await owed  # done before this request's next call (never raises: a failed write is kept)
         return decision
+
+    def _lease_keys(self, admission: Admission) -> list[str]:
+        key_names, checks = self.admit_layout(admission.tenant, admission.month, admission.rules)
+        return [key_names[key_no - 1] for kind, _, key_no, _ in checks if kind == 3]
 
     async def admit_with_credit(
         self, admission: Admission, want: tuple[int, int, int] | None
@@ -143,7 +193,7 @@ class RedisStore:
         key_names, checks = self.admit_layout(admission.tenant, admission.month, admission.rules)
         spec = {
             "now": admission.now_s,
-            "lease_ttl": admission.lease_ttl_s,
+            "lease_ttl": min(admission.lease_ttl_s, self.lease_expiry_s),  # renewed while it runs
             "reserve": admission.reserve_tokens,
             "id": admission.request_id,
             "window": WINDOW_S,
@@ -185,6 +235,8 @@ class RedisStore:
         return asyncio.ensure_future(self._eval(self._flush, keys, spec))
 
     async def settle(self, settlement: Settlement) -> None:
+        """Raises StoreUnavailable when Redis did not answer; sending it again is safe (applied once)."""
+        self._leases.release(settlement.request_id)
         tenant = settlement.tenant
         rule_keys, token_keys, lease_keys = self._settle_layout(tenant, settlement.month, settlement.rules)
         key_names = [self.keys.settled(tenant, settlement.reserved_at_s), *rule_keys]
@@ -277,7 +329,25 @@ class RedisStore:
         return UsageReport(month=month, tenants=dict(sorted(tenants.items())))
 
     async def flush(self) -> None:
-        return None  # every settle is its own write (CreditStore is the one that batches)
+        """Write the lease renewals due and the releases owed (every settle is its own write)."""
+        now = self._clock()
+        self._writes.add_renewals(self._leases.renewals(now))
+        await self._writes.flush(now)
+
+    def _start_ticker(self) -> None:
+        if (self._ticker is None or self._ticker.done()) and not self._closed:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self) -> None:
+        """While leases are held or writes owed: renew and write them, every second at most."""
+        while len(self._leases) or self._writes.owed():
+            await asyncio.sleep(min(1.0, self._leases.renew_every_s))
+            try:
+                await self.flush()
+            except StoreUnavailable:
+                pass  # kept: sent again at the next tick
+            except Exception:  # a bug must not stop every later renewal
+                logger.exception("renewing leases failed")
 
     async def ping(self) -> bool:
         try:
@@ -289,6 +359,17 @@ class RedisStore:
             return False
 
     async def close(self) -> None:
+        self._closed = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+        if self._writes.owed():
+            try:
+                await self._writes.flush(self._clock())
+            except StoreUnavailable as exc:
+                logger.warning("closing with lease releases not written: %s", exc)
         if self._fast is not None:
             await self._fast.close()
         if self._owns_client:

@@ -18,7 +18,9 @@
 --          over the budgets, "-1" without budgets. grant_i is the credit taken for check i beyond this
 --          request (see ../credit.py): units in this second's bucket, or lease slots named
 --          "<id>#<n>"; granted only when allowed, on limits of at least 64, and at most a sixteenth
---          of the room left, so credit shrinks to nothing as a limit fills up.
+--          of the room left, so credit shrinks to nothing as a limit fills up. Credit is taken after
+--          every request of the call has been judged: one replica's credit never denies its own
+--          requests sent beside it.
 
 local function admit_one(spec)
   local a = cjson.decode(spec)
@@ -99,17 +101,15 @@ local function admit_one(spec)
     if room < 0 or budget[2] - spent < room then room = budget[2] - spent end
   end
 
-  local req, tok, used_of = {}, {}, {}
-  for c, check in ipairs(a.checks) do
+  local req, tok = {}, {}
+  for _, check in ipairs(a.checks) do
     local kind, rule_no, key, limit = check[1], check[2], KEYS[check[3]], check[4]
     if kind == 1 then
       local used, hi = scan(key)
-      used_of[c] = used + 1
       req[#req + 1] = {limit, used, hi}
       if used + 1 > limit then fail(1, rule_no, wait_s(live_buckets(key), used, 1, limit)) end
     elseif kind == 2 then
       local used, hi = scan(key)
-      used_of[c] = used + reserve
       tok[#tok + 1] = {limit, used, hi}
       if reserve > limit then
         exceeds = 1
@@ -119,8 +119,7 @@ local function admit_one(spec)
       end
     else
       redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-      used_of[c] = redis.call('ZCARD', key) + 1
-      if used_of[c] - 1 >= limit then
+      if redis.call('ZCARD', key) >= limit then
         local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
         local wait = 1
         if #first == 2 then wait = math.min(1, math.max(0, tonumber(first[2]) - now)) end
@@ -129,35 +128,45 @@ local function admit_one(spec)
     end
   end
 
-  -- credit beyond this request: a sixteenth of the room left at most, on limits of 64 or more
-  local want = a.want or {0, 0, 0}
-  local function grant(c, check)
-    local limit, w = check[4], want[check[1]] or 0
-    if w <= 0 or limit < 64 then return 0 end
-    local g = math.floor((limit - used_of[c]) / 16)
-    if g > w then g = w end
-    if g < 1 then return 0 end
-    return g
-  end
-
   local allowed = reason == 0
-  local grants = {}
   if allowed then
-    for c, check in ipairs(a.checks) do
+    for _, check in ipairs(a.checks) do
       local kind, key = check[1], KEYS[check[3]]
-      local g = grant(c, check)
-      grants[c] = g
       if kind == 1 then
-        take(key, 1 + g)
+        take(key, 1)
       elseif kind == 2 then
-        if reserve + g > 0 then take(key, reserve + g) end
+        if reserve > 0 then take(key, reserve) end
       else
-        local expiry = now + a.lease_ttl
-        redis.call('ZADD', key, expiry, a.id)
-        for n = 1, g do redis.call('ZADD', key, expiry, a.id .. '#' .. n) end
+        redis.call('ZADD', key, now + a.lease_ttl, a.id)
         local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
         redis.call('EXPIRE', key, math.ceil(tonumber(last[2]) - now) + 1)
       end
+    end
+  end
+
+  -- credit beyond this request: a sixteenth of the room left at most, on limits of 64 or more; taken
+  -- once every request of this call has been judged, so a grant never denies a request beside it
+  local take_credit = nil
+  if allowed and a.want then
+    take_credit = function()
+      local grants = {}
+      for c, check in ipairs(a.checks) do
+        local kind, key, limit, w = check[1], KEYS[check[3]], check[4], a.want[check[1]] or 0
+        local g = 0
+        if w > 0 and limit >= 64 then
+          local used
+          if kind == 3 then used = redis.call('ZCARD', key) else used = scan(key) end
+          g = math.max(0, math.min(w, math.floor((limit - used) / 16)))
+        end
+        grants[c] = g
+        if g > 0 and kind == 3 then
+          local expiry = now + a.lease_ttl  -- as this request's own lease: the key's TTL covers it
+          for n = 1, g do redis.call('ZADD', key, expiry, a.id .. '#' .. n) end
+        elseif g > 0 then
+          take(key, g)
+        end
+      end
+      return grants
     end
   end
 
@@ -188,12 +197,17 @@ local function admit_one(spec)
   local lim_t, rem_t, reset_t = tightest(tok, reserve)
   local reply = {allowed and 1 or 0, reason, index, ms(retry), exceeds,
                  lim_r, rem_r, ms(reset_r), lim_t, rem_t, ms(reset_t), tostring(room)}
-  for c = 1, #a.checks do reply[#reply + 1] = grants[c] or 0 end
-  return reply
+  for _ = 1, #a.checks do reply[#reply + 1] = 0 end  -- credit: filled in below
+  return reply, take_credit
 end
 
-local replies = {}
+local replies, credit = {}, {}
 for i = 1, #ARGV do
-  replies[i] = admit_one(ARGV[i])
+  replies[i], credit[i] = admit_one(ARGV[i])
+end
+for i = 1, #ARGV do
+  if credit[i] then
+    for c, granted in ipairs(credit[i]()) do replies[i][12 + c] = granted end
+  end
 end
 return replies

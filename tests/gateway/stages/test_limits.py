@@ -14,7 +14,7 @@ import pytest
 
 from gateway.keys import hash_key, new_key
 from gateway.stages.limits import month_of
-from gateway.stores import MemoryStore, RedisStore, Store
+from gateway.stores import Admission, Decision, MemoryStore, RedisStore, Store
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
 
@@ -203,5 +203,29 @@ def test_usage_of_a_key_without_limits_is_in_the_ledger(
             "output_tokens": 6,
             "cost_usd": 0.0,
         }
+    finally:
+        gateway.stop()
+
+
+class RecordingStore(MemoryStore):
+    """A MemoryStore that keeps every Admission it is asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.admissions: list[Admission] = []
+
+    async def admit(self, admission: Admission) -> Decision:
+        self.admissions.append(admission)
+        return await super().admit(admission)
+
+
+def test_a_lease_is_bounded_by_its_pools_own_request_lifetime(tmp_path: Path, upstream: FakeUpstream) -> None:
+    store = RecordingStore()
+    small = {"replicas": [{"base_url": upstream.base_url, "model": "echo"}], "timeouts": {"total_s": 7}}
+    gateway = _gateway(tmp_path, upstream, store, {"limits": {"max_concurrent": 2}}, pools={"small": small})
+    try:
+        _client(gateway).chat.completions.create(model="small", messages=MESSAGES)  # type: ignore[arg-type]
+        # the pool's total_s (7 s, not the policy-wide 5 s) plus the 60 s margin: renewed up to that
+        assert [a.lease_ttl_s for a in store.admissions] == [67.0]
     finally:
         gateway.stop()

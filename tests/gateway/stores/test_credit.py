@@ -309,3 +309,39 @@ async def test_replicas_never_hold_more_leases_than_the_limit(
     for replica in replicas:
         await replica.flush()
     assert await raw.zcard("sy:{t:acme}:conc:pool:gpu") == 0
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [LimitRule(scope="pool:gpu", max_concurrent=64), LimitRule(scope="key:k1", requests_per_minute=64)],
+    ids=["leases", "requests"],
+)
+async def test_a_burst_of_exactly_the_limit_is_admitted_in_full(
+    make: Callable[..., CreditStore], rule: LimitRule
+) -> None:
+    """Admits that reach Redis together: the credit one of them takes must not deny the others."""
+    store = make(Clock())
+    burst = [admission(rule, now_s=T0 + 0.5, lease_ttl_s=120) for _ in range(64)]
+    decisions = await asyncio.gather(*(store.admit(adm) for adm in burst))
+    assert [d.allowed for d in decisions] == [True] * 64
+    assert not (await store.admit(admission(rule, now_s=T0 + 0.5))).allowed
+
+
+async def test_a_lease_held_when_redis_failed_is_released_not_kept_as_a_spare(
+    make: Callable[..., CreditStore], raw: Any
+) -> None:
+    store = make(Clock())
+    rule = LimitRule(scope="pool:gpu", max_concurrent=1000)
+    running, done = admission(rule, now_s=T0, lease_ttl_s=120), admission(rule, now_s=T0, lease_ttl_s=120)
+    assert (await store.admit(running)).allowed and (await store.admit(done)).allowed
+    await store.settle(settlement(done, now_s=T0 + 0.1))
+    counting(store).fail_flushes = 1
+    with pytest.raises(StoreUnavailable):
+        await store.flush()
+    # Redis failed while `running` ran: its lease may be gone there (expired, or an empty restarted
+    # Redis), so it must not serve a later request as a spare slot
+    await store.settle(settlement(running, now_s=T0 + 0.2))
+    assert (await store.admit(admission(rule, now_s=T0 + 0.3))).allowed
+    assert counting(store).admits == 2  # asked Redis: no spare slot was kept
+    await store.flush()
+    assert await raw.zscore("sy:{t:acme}:conc:pool:gpu", running.request_id) is None  # released

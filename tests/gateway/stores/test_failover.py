@@ -34,6 +34,8 @@ class FlakyStore(MemoryStore):
         super().__init__()
         self.is_down = False
         self.calls = 0
+        self.flushed = asyncio.Event()
+        """Set once a flush has reached this store while it was up."""
 
     async def admit(self, admission: Admission) -> Decision:
         self._touch()
@@ -46,6 +48,10 @@ class FlakyStore(MemoryStore):
     async def usage(self, month: str, tenant: str | None = None) -> UsageReport:
         self._touch()
         return await super().usage(month, tenant)
+
+    async def flush(self) -> None:
+        self._touch()
+        self.flushed.set()
 
     def _touch(self) -> None:
         self.calls += 1
@@ -113,24 +119,83 @@ async def test_fail_closed_raises_with_a_retry_hint() -> None:
 
 async def test_a_request_is_settled_where_it_was_admitted() -> None:
     store, primary, fallback, clock, used = make("fail_open")
-    on_primary = admission(RULE, now_s=T0, reserve_tokens=500)
+    rule = LimitRule(scope="key:k1", tokens_per_minute=100_000, max_concurrent=1)
+    on_primary = admission(rule, now_s=T0, reserve_tokens=500)
     assert (await store.admit(on_primary)).allowed
     primary.is_down = True
-    on_fallback = admission(RULE, now_s=T0 + 1, reserve_tokens=500)
+    on_fallback = admission(rule, now_s=T0 + 1, reserve_tokens=500)
     assert (await store.admit(on_fallback)).allowed
     await store.settle(settlement(on_fallback, input_tokens=7, cost_usd=0.5))
-    # admitted by the primary, which is down now: the ledger is kept locally
+    # admitted by the primary, which is down now: kept for it, not written to the fallback
     await store.settle(settlement(on_primary, input_tokens=3, cost_usd=0.25))
     local = (await fallback.usage(MONTH)).tenants["acme"].total
-    assert (local.requests, local.input_tokens) == (2, 10)
-    assert used == ["admit", "settle", "settle"]
+    assert (local.requests, local.input_tokens) == (1, 7)
+    assert used == ["admit", "settle"]
     # the fallback released its own lease and settled its own reservation only
-    after = await fallback.admit(admission(RULE, now_s=T0 + 2, reserve_tokens=0))
-    assert after.remaining_tokens == 100_000 - 7
+    after = await fallback.admit(admission(rule, now_s=T0 + 2, reserve_tokens=0))
+    assert after.allowed and after.remaining_tokens == 100_000 - 7
     primary.is_down = False
     clock.now_s += 2.0  # past the retry interval: the next call probes the primary, which answers
     merged = (await store.usage(MONTH)).tenants["acme"].total
     assert (merged.requests, merged.input_tokens) == (2, 10)
+    # the primary took the kept settle: its lease and reservation are free again
+    again = await primary.admit(admission(rule, now_s=T0 + 3, reserve_tokens=0))
+    assert again.allowed and again.remaining_tokens == 100_000 - 3
+    await store.close()
+
+
+@pytest.mark.parametrize("mode", ["fail_open", "fail_closed"])
+async def test_settles_the_primary_could_not_take_are_kept_until_it_answers(mode: str) -> None:
+    store, primary, fallback, clock, used = make(mode)
+    rule = LimitRule(scope="key:k1", max_concurrent=2)
+    first, second = admission(rule, now_s=T0), admission(rule, now_s=T0)
+    assert (await store.admit(first)).allowed and (await store.admit(second)).allowed
+    primary.is_down = True
+    await store.settle(settlement(first, input_tokens=3))  # fails: opens the circuit; kept, not raised
+    await store.settle(settlement(second, input_tokens=4))  # circuit open: kept without a try
+    assert primary.calls == 3 and used == []
+    with pytest.raises(StoreUnavailable):
+        await store.flush()  # still down (circuit open)
+    primary.is_down = False
+    clock.now_s += 2.0
+    await store.flush()  # the probe: the kept settles first
+    assert not store.is_degraded
+    assert (await primary.usage(MONTH)).tenants["acme"].total.input_tokens == 7
+    assert (await fallback.usage(MONTH)).tenants == {}
+    for _ in range(2):  # both leases are free in the primary
+        assert (await store.admit(admission(rule, now_s=T0 + 1))).allowed
+    await store.flush()  # nothing kept: no repeat
+    assert (await primary.usage(MONTH)).tenants["acme"].total.requests == 2
+    await store.close()
+
+
+async def test_kept_settles_reach_the_primary_before_the_admit_that_probes_it() -> None:
+    store, primary, _, clock, _ = make("fail_closed")
+    rule = LimitRule(scope="key:k1", max_concurrent=1)
+    first = admission(rule, now_s=T0)
+    assert (await store.admit(first)).allowed
+    primary.is_down = True
+    await store.settle(settlement(first))
+    primary.is_down = False
+    clock.now_s += 2.0
+    assert (await store.admit(admission(rule, now_s=T0 + 1))).allowed  # not denied by first's lease
+    await store.close()
+
+
+async def test_kept_settles_are_written_without_any_request_coming() -> None:
+    primary, fallback, clock = FlakyStore(), MemoryStore(), Clock()
+    store = FailoverStore(primary, fallback, mode="fail_closed", retry_interval_s=0.01, clock=clock)
+    adm = admission(RULE, now_s=T0)
+    assert (await store.admit(adm)).allowed
+    primary.is_down = True
+    await store.settle(settlement(adm, input_tokens=5))
+    primary.is_down = False
+    clock.now_s += 1.0  # past the circuit's interval; the store retries by itself every 0.01 s
+    async with asyncio.timeout(5):
+        await primary.flushed.wait()  # the kept settles went first
+    assert (await primary.usage(MONTH)).tenants["acme"].total.input_tokens == 5
+    assert not store.is_degraded
+    await store.close()
 
 
 def test_mode_is_checked() -> None:

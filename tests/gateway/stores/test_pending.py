@@ -1,4 +1,4 @@
-"""PendingWrites: settles summed per tenant, turned into one flush.lua call, taken back on failure."""
+"""PendingWrites: settles and renewals summed per tenant, turned into one flush.lua call under a write id."""
 
 from __future__ import annotations
 
@@ -15,24 +15,30 @@ def test_usage_is_summed_and_spread_over_tenant_key_and_pool() -> None:
     pending.add_adjust("sy:{t:acme}:tpm:tenant", 100, -30)
     pending.add_adjust("sy:{t:acme}:tpm:tenant", 100, 5)
     pending.add_release("sy:{t:acme}:conc:pool:gpu", ["r1", "r2"])
-    keys, spec = pending.spec("acme", KeySpace(), 3600)
+    keys, spec = pending.spec("acme", KeySpace(), 3600, now_s=120.5, write_id="w1")
     document = json.loads(spec)
-    assert keys == ["sy:{t:acme}:usage:2026-11", "sy:{t:acme}:tpm:tenant", "sy:{t:acme}:conc:pool:gpu"]
+    assert keys == [
+        "sy:{t:acme}:written:2",  # the ids applied in minute 2 (a write sent again is skipped)
+        "sy:{t:acme}:usage:2026-11",
+        "sy:{t:acme}:tpm:tenant",
+        "sy:{t:acme}:conc:pool:gpu",
+    ]
+    assert (document["id"], document["now"]) == ("w1", 120.5)
     [[ledger, ints, floats]] = document["ledgers"]
-    assert ledger == 1
+    assert ledger == 2
     assert ints["tenant|requests"] == ints["key:k1|requests"] == ints["pool:gpu|requests"] == 2
     assert ints["key:k1|input_tokens"] == 15 and ints["pool:gpu|output_tokens"] == 3
     assert floats["tenant|cost_usd"] == "0.75"  # a string: HINCRBYFLOAT gets every digit
-    assert document["adjust"] == [[2, 100, -25]]
-    assert document["release"] == [[3, "r1", "r2"]]
+    assert document["adjust"] == [[3, 100, -25]]
+    assert document["release"] == [[4, "r1", "r2"]]
+    assert document["renew"] == []
 
 
-def test_merge_takes_a_failed_flush_back() -> None:
-    failed, newer = PendingWrites(), PendingWrites()
-    failed.add_usage("2026-11", "k1", "gpu", 10, 2, 0.25)
-    failed.add_adjust("w", 7, -3)
-    newer.add_usage("2026-11", "k1", "gpu", 1, 1, 0.25)
-    newer.merge(failed)
-    assert newer.usage[("2026-11", "k1", "gpu")] == [2, 11, 3, 0.5]
-    assert newer.adjust == {("w", 7): -3}
-    assert not newer.empty() and PendingWrites().empty()
+def test_renewals_keep_the_latest_expiry_of_each_member() -> None:
+    pending = PendingWrites()
+    assert pending.empty()
+    pending.add_renew("sy:{t:acme}:conc:tenant", {"r1": 130.0, "r2": 140.0})
+    pending.add_renew("sy:{t:acme}:conc:tenant", {"r1": 125.0, "r3": 150.0})
+    assert not pending.empty()
+    _, spec = pending.spec("acme", KeySpace(), 3600, now_s=120.0, write_id="w2")
+    assert json.loads(spec)["renew"] == [[2, "r1", 130.0, "r2", 140.0, "r3", 150.0]]

@@ -81,7 +81,12 @@ async def test_calls_gathered_in_one_loop_turn_leave_in_one_write(redis: RespCom
     assert protocol is not None
     writes: list[bytes] = []
     write = protocol.transport.write
-    protocol.transport.write = lambda data: (writes.append(data), write(data))[1]
+
+    def recording_write(data: bytes) -> None:
+        writes.append(data)
+        write(data)
+
+    protocol.transport.write = recording_write
     try:
         replies = await asyncio.gather(redis.set("a", "1"), redis.set("b", "2"), redis.mget(["a", "b"]))
     finally:

@@ -83,7 +83,7 @@ class GatewayServer:
             log_level="warning",
             access_log=False,
             lifespan="on",
-            timeout_graceful_shutdown=self.settings.drain_timeout_s,
+            timeout_graceful_shutdown=self.settings.drain_timeout_s,  # type: ignore[arg-type]  # a float works
         )
         self.server = uvicorn.Server(config)
         self.loop: asyncio.AbstractEventLoop | None = None

@@ -81,6 +81,7 @@ def build_pipeline(gateway: Gateway) -> Pipeline:
                     gateway.balancer, gateway.caches.affinity, on_event=gateway.metrics.cache_hook("affinity")
                 ),
                 CallUpstream(gateway.client, gateway.balancer),
+                on_attempt_error=gateway.metrics.count_upstream_error,  # retried attempts count too
             ),
         ]
     )

@@ -36,13 +36,16 @@ class Timeouts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Upstream timeouts, in seconds."""
 
     connect_s: PositiveSeconds = 2.0
-    """Opening a TCP connection to a replica."""
+    """Opening a TCP connection to a replica; running out is a connect error (502, retried, a
+    breaker failure), like a refused connection."""
     first_byte_s: PositiveSeconds = 60.0
-    """From sending the request to the response headers and first body bytes."""
+    """Streams only: from sending the request to the response headers and the first event. A plain
+    (non-stream) response's headers come when generation ends, so only ``total_s`` bounds it."""
     idle_s: PositiveSeconds = 30.0
-    """The longest gap between two chunks of a streamed response."""
+    """The longest gap between two chunks of a streamed response, after the first event."""
     total_s: PositiveSeconds = 600.0
-    """The whole upstream exchange."""
+    """The whole upstream exchange, from the request's arrival; retries share it. The one bound of a
+    plain response."""
 
 
 class Replica(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -196,8 +199,9 @@ class Retry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The first pause; it doubles per attempt, with +-50% jitter."""
     max_backoff_s: Annotated[float, msgspec.Meta(ge=0)] = 1.0
     on_timeout: bool = False
-    """Also retry an attempt that timed out before its first byte (off: a replica too slow to answer
-    is usually overloaded, and a retry doubles its load)."""
+    """Also retry a stream that timed out before its first event (``first_byte_s``; off: a replica
+    too slow to answer is usually overloaded, and a retry doubles the work). A plain request times
+    out only at its ``total_s`` deadline, with no time left for a retry."""
 
 
 class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

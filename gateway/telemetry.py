@@ -33,11 +33,17 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from gateway.errors import status_of
+from gateway.errors import (
+    ClientDisconnected,
+    GatewayError,
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamTimeout,
+    status_of,
+)
 from gateway.telemetry_config import TelemetryCache
 
 if TYPE_CHECKING:
-    from gateway.errors import GatewayError
     from gateway.pipeline import Call
     from gateway.routing.balancer import ReplicaState
 
@@ -59,6 +65,17 @@ def prepare_multiprocess(directory: str | os.PathLike[str]) -> Path:
 
 def is_multiprocess() -> bool:
     return bool(os.environ.get(MULTIPROC_ENV))
+
+
+def upstream_error_kind(error: GatewayError) -> str | None:
+    """The ``kind`` a failed upstream attempt counts under in ``switchyard_upstream_errors_total``
+    (its error code; ``upstream_rate_limited`` for an upstream 429), or None when ``error`` is no
+    upstream failure (the upstream's own 4xx is the client's problem)."""
+    if isinstance(error, UpstreamStatusError):
+        return "upstream_rate_limited" if error.upstream_status == 429 else None
+    if isinstance(error, UpstreamError | UpstreamTimeout):
+        return error.code or "upstream_error"
+    return None
 
 
 TPOT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5)
@@ -112,7 +129,14 @@ class Metrics:
         )
         self.upstream_errors = Counter(
             "switchyard_upstream_errors",
-            "Upstream failures by pool and kind.",
+            "Failed upstream attempts (retried ones and broken streams included) by pool and kind, "
+            "plus requests that found no replica (kind no_healthy_replica) or failed in the gateway.",
+            ("pool", "kind"),
+            registry=r,
+        )
+        self.stream_errors = Counter(
+            "switchyard_stream_errors",
+            "Streams that failed after their first event (the client saw 200, then an error event).",
             ("pool", "kind"),
             registry=r,
         )
@@ -189,6 +213,20 @@ class Metrics:
             child = self._children[key] = self.requests.labels(endpoint, pool, str(status))
         child.inc()
 
+    def count_upstream_error(self, pool: str, error: GatewayError) -> None:
+        """One failed upstream attempt (``CallWithRetries``' ``on_attempt_error``: the attempts a
+        call retried; the one it ends with is counted by :meth:`record_call`)."""
+        kind = upstream_error_kind(error)
+        if kind is not None:
+            self._upstream_error(pool, kind).inc()
+
+    def _upstream_error(self, pool: str, kind: str) -> Any:
+        key = ("upstream_errors", pool, kind)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.upstream_errors.labels(pool, kind)
+        return child
+
     def observe_latency(self, endpoint: str, pool: str, total_s: float, overhead_s: float) -> None:
         key = ("latency", endpoint, pool)
         children = self._children.get(key)
@@ -249,11 +287,13 @@ class Metrics:
         """Everything a finished call tells the metrics (runs once per call, at its end).
 
         ``pool`` is the pool that served the call: a fallback pool's name when one did (its latency,
-        tokens and errors are that pool's), else the pool asked for.
+        tokens and errors are that pool's), else the pool asked for. ``status`` is what the client
+        saw: a stream that broke after its first event is a 200 (its failure is counted in
+        ``stream_errors`` and ``upstream_errors``); a client that left before its response, a 499.
         """
         endpoint = call.endpoint.name.lower()
         pool = call.replica.pool if call.replica is not None else call.pool or "-"
-        status = 200 if error is None else status_of(error)
+        status = 200 if error is None else self._count_error(pool, call, error)
         now = time.perf_counter()
         self.count_request(endpoint, pool, status)
         self.observe_latency(
@@ -266,8 +306,22 @@ class Metrics:
             if self._telemetry.get(call.policy).tenant_labels:
                 self.tenant_tokens.labels(call.tenant, pool, "input").inc(call.usage.input_tokens)
                 self.tenant_tokens.labels(call.tenant, pool, "output").inc(call.usage.output_tokens)
-        if error is not None and status >= 500:
-            self.upstream_errors.labels(pool, error.code or "error").inc()
+
+    def _count_error(self, pool: str, call: Call, error: GatewayError) -> int:
+        """Count a finished call's error; return the status its client saw."""
+        if call.first_token_at is not None and not isinstance(error, ClientDisconnected):
+            # the stream had started: the client got 200, then an error event and [DONE]
+            kind = upstream_error_kind(error) or error.code or "error"
+            self.stream_errors.labels(pool, kind).inc()
+            self._upstream_error(pool, kind).inc()
+            return 200
+        status = status_of(error)
+        found = upstream_error_kind(error)
+        if found is None and status >= 500:  # no replica, store down, a bug: counted here as before
+            found = error.code or "error"
+        if found is not None:
+            self._upstream_error(pool, found).inc()
+        return status
 
     def cache_hook(self, cache: str) -> Callable[..., None]:
         """An ``on_event(name, n=1)`` hook for one cache, counting into ``switchyard_cache_events``."""

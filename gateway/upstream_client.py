@@ -26,6 +26,8 @@ def map_client_errors(what: str) -> Iterator[None]:
     """Translate aiohttp and timeout errors into the gateway's error tree."""
     try:
         yield
+    except aiohttp.ConnectionTimeoutError:  # never reached the replica: a connect failure, not a slow answer
+        raise UpstreamConnectError(f"{what}: cannot connect (timed out)") from None
     except TimeoutError:
         raise UpstreamTimeout(f"{what}: timed out") from None
     except aiohttp.ClientConnectorError as e:
@@ -49,12 +51,13 @@ class UpstreamResponse:
         with map_client_errors(self.what):
             return await self._response.read()
 
-    async def chunks(self, idle_s: float) -> AsyncIterator[bytes]:
-        """Body bytes as they arrive; UpstreamTimeout when a gap exceeds ``idle_s``."""
+    async def chunks(self, idle_s: float, *, first_s: float | None = None) -> AsyncIterator[bytes]:
+        """Body bytes as they arrive; UpstreamTimeout when the first takes over ``first_s`` (default
+        ``idle_s``) or a later gap exceeds ``idle_s``."""
         content = self._response.content
         loop = asyncio.get_running_loop()
         with map_client_errors(self.what):
-            async with asyncio.timeout(loop.time() + idle_s) as deadline:
+            async with asyncio.timeout_at(loop.time() + (idle_s if first_s is None else first_s)) as deadline:
                 while True:
                     chunk = await content.readany()
                     if not chunk:
@@ -73,8 +76,18 @@ class UpstreamResponse:
 
 class UpstreamClient(Protocol):
     async def post(
-        self, url: str, body: bytes, headers: dict[str, str], timeouts: Timeouts, what: str
-    ) -> UpstreamResponse: ...
+        self,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        timeouts: Timeouts,
+        what: str,
+        *,
+        headers_s: float | None = None,
+    ) -> UpstreamResponse:
+        """Send ``body``; return once the response headers arrived. ``headers_s`` bounds that wait
+        (default ``timeouts.first_byte_s``); ``connect_s`` bounds the connect, ``total_s`` the exchange."""
+        ...
 
     async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]: ...
 
@@ -109,14 +122,21 @@ class AiohttpUpstreamClient:
         return self._session
 
     async def post(
-        self, url: str, body: bytes, headers: dict[str, str], timeouts: Timeouts, what: str
+        self,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        timeouts: Timeouts,
+        what: str,
+        *,
+        headers_s: float | None = None,
     ) -> UpstreamResponse:
         timeout = self._timeouts.get(timeouts)
         if timeout is None:  # one per policy timeouts object, not one per request
             timeout = aiohttp.ClientTimeout(total=timeouts.total_s, sock_connect=timeouts.connect_s)
             self._timeouts[timeouts] = timeout
         with map_client_errors(what):
-            async with asyncio.timeout(timeouts.first_byte_s):
+            async with asyncio.timeout(timeouts.first_byte_s if headers_s is None else headers_s):
                 response = await self.session.post(url, data=body, headers=headers, timeout=timeout)
         return UpstreamResponse(response, what)
 

@@ -1,7 +1,9 @@
 """A circuit breaker per replica: closed -> open -> half-open -> closed.
 
-- **closed**: traffic flows. ``failure_threshold`` failures in a row (connect refused, timeouts,
-  5xx), or a failure share above ``failure_rate`` over a ``window_s`` tumbling window, open it.
+- **closed**: traffic flows. ``failure_threshold`` failures in a row (connects refused or timed
+  out, resets, 5xx, malformed answers), or a failure share above ``failure_rate`` over a
+  ``window_s`` tumbling window, open it. A timeout of a request the replica accepted is no failure
+  (a long generation is slow, not broken; a hung replica fails its probes), nor is its own 4xx.
 - **open**: no traffic for ``open_s``; then it turns half-open on the next look (lazily: no timer).
 - **half-open**: up to ``half_open_max`` trial requests in flight; the first success closes it, a
   failure reopens it for another ``open_s``. A trial that never reports (a client went away)

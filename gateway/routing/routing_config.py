@@ -61,7 +61,8 @@ class BreakerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """A circuit breaker per replica: closed -> open -> half-open -> closed."""
 
     failure_threshold: PositiveInt = 5
-    """Consecutive failures (connect errors, timeouts, 5xx) that open the breaker."""
+    """Consecutive failures that open the breaker: connect errors (refused or timed out), resets,
+    5xx and malformed answers; never a timeout of a request the replica accepted, nor a 4xx."""
     failure_rate: Fraction | None = None
     """Also open when this share of the requests finished in ``window_s`` failed (off when unset)."""
     window_s: PositiveSeconds = 10.0

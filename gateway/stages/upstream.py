@@ -7,6 +7,15 @@ the model the client asked for. A stream is relayed event by event (see ``gatewa
 everything that can fail before the first byte reaches the client fails as a plain HTTP error,
 anything later ends the stream with an error event and ``[DONE]``.
 
+Timeouts mean what they say for each kind of response. A plain (non-stream) response's headers come
+when generation ends (vLLM sends them with the body), so only the request's ``total_s`` bounds the
+wait: ``first_byte_s`` would cap the generation. A stream's headers and first event must come within
+``first_byte_s`` (and ``total_s``), later events within ``idle_s`` of each other.
+
+The replica's breaker counts what says it is broken: refused or timed-out connects, resets, 5xx and
+malformed answers. A timeout of a request it accepted does not count (slow is not broken; a hung
+replica fails its ``/health`` probes), nor does its own 4xx (the client's problem).
+
 When the policy gives the caller's key or tenant a ``priority``, it is set here, at sending time, so
 it never enters cache keys. A client's own ``priority`` gets this far only when its key has
 ``allow_client_priority`` (the auth stage refuses the rest), and may ask for a later place than the
@@ -25,7 +34,6 @@ from gateway.errors import (
     UpstreamError,
     UpstreamProtocolError,
     UpstreamStatusError,
-    UpstreamTimeout,
 )
 from gateway.pipeline import BytesResult, Call, StreamResult
 from gateway.routing.balancer import Balancer, ReplicaState
@@ -118,12 +126,21 @@ class CallUpstream:
         state.acquire()
         call.on_finish(_release(state))
         sent_at = time.perf_counter()
+        deadline = call.started_at + timeouts.total_s  # retries share it (gateway.stages.retry)
+        first_byte_at = min(sent_at + timeouts.first_byte_s, deadline)
+        # plain: the headers come when generation ends, so only total_s bounds them
+        headers_s = max(0.0, (first_byte_at if call.is_stream else deadline) - sent_at)
         try:
             response = await self.client.post(
-                replica.base_url.rstrip("/") + call.endpoint.value, _encode(body), headers, timeouts, what
+                replica.base_url.rstrip("/") + call.endpoint.value,
+                _encode(body),
+                headers,
+                timeouts,
+                what,
+                headers_s=headers_s,
             )
         except BaseException as error:
-            if isinstance(error, UpstreamError | UpstreamTimeout):
+            if _is_broken(error):
                 self.balancer.record_failure(state)
             if attempt is not None:
                 attempt.end(call, error)
@@ -134,14 +151,17 @@ class CallUpstream:
                 if response.status != 200:
                     await self._raise_for_status(response, state)
                 payload = await response.read()
+                usage, finish_reasons = read_body_usage(payload)
             except BaseException as error:
+                if _is_broken(error):
+                    self.balancer.record_failure(state)
                 if attempt is not None:
                     attempt.end(call, error)
                 raise
             response.release()
             call.upstream_s += time.perf_counter() - sent_at
             self.balancer.record_success(state)
-            call.usage, call.finish_reasons = read_body_usage(payload)
+            call.usage, call.finish_reasons = usage, finish_reasons
             call.result = BytesResult(200, rewrite(payload, replacements))
             if attempt is not None:
                 if call.span.config.capture_content:
@@ -149,12 +169,13 @@ class CallUpstream:
                 attempt.end(call)
             return
         relay = SSERelay(replacements, drop_usage_chunk=not call.include_usage)
-        chunks = response.chunks(timeouts.idle_s)
+        # the first event within first_byte_s of sending (prefill, queueing), later ones within idle_s
+        chunks = response.chunks(timeouts.idle_s, first_s=max(0.0, first_byte_at - time.perf_counter()))
         try:
             first = await self._first_events(chunks, relay)
         except BaseException as error:
             response.close()
-            if isinstance(error, GatewayError):
+            if _is_broken(error):
                 self.balancer.record_failure(state)
             if attempt is not None:
                 attempt.end(call, error)
@@ -171,7 +192,6 @@ class CallUpstream:
             payload = b""
         response.release()
         if response.status >= 500:
-            self.balancer.record_failure(state)
             raise UpstreamError(f"Upstream {state.label} answered HTTP {response.status}.")
         raise _relayable_error(response.status, payload)
 
@@ -185,6 +205,12 @@ class CallUpstream:
             if relay.failure is not None:
                 raise relay.failure
         raise UpstreamProtocolError("upstream closed the stream before sending an event")
+
+
+def _is_broken(error: BaseException) -> bool:
+    """Does this failure count against the replica's breaker? Connect errors (a connect timeout
+    included), resets, 5xx and malformed answers do; timeouts and the upstream's own 4xx do not."""
+    return isinstance(error, UpstreamError) and not isinstance(error, UpstreamStatusError)
 
 
 def _release(state: ReplicaState):  # type: ignore[no-untyped-def]

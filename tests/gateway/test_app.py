@@ -224,7 +224,7 @@ def test_unknown_route_and_method_are_openai_shaped(gateway: GatewayServer) -> N
 def test_upstream_faults_are_typed_errors(
     client: openai.OpenAI, model: str, exception: type[Exception], status: int, code: str
 ) -> None:
-    # the "hang" upstream never answers: its 504 can only come from the pool's first_byte_s (2 s)
+    # the "hang" upstream never answers: its 504 can only come from the request's total_s deadline
     with pytest.raises(exception) as info:
         client.chat.completions.create(model=model, messages=MESSAGES)  # type: ignore[arg-type]
     assert isinstance(info.value, openai.APIStatusError)

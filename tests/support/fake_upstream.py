@@ -16,6 +16,9 @@ every replica of a test policy:
 - ``slow-body``     200 and its headers at once, then a JSON body trickled over ~3 s (total timeouts)
 - ``slow-echo``     like ``echo`` after 300 ms (for single-flight tests)
 - ``ratelimited``   an OpenAI-shaped 429
+- ``slow-start``    like ``echo``, but the answer starts after ``slow_start_s`` (0.5 s): a plain
+                    response's headers come with its body then (as vLLM sends them, when generation
+                    ends); a stream's headers come at once and its first event then
 
 Embeddings are ``fake_vector(model, text)``: three floats derived from the served model and the
 input, so every input (and every model) gets its own vector.
@@ -107,6 +110,7 @@ class FakeUpstream:
         self.num_streams_cancelled = 0
         self.num_hangs_abandoned = 0
         self.cancelled_at: list[float] = []
+        self.slow_start_s = 0.5
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -195,6 +199,8 @@ class FakeUpstream:
                 request, _chat_body(model, "".join(self.WORDS), (11, len(self.WORDS)))
             )
         if not body.get("stream"):
+            if model == "slow-start":
+                await asyncio.sleep(self.slow_start_s)
             return web.json_response(_chat_body(model, "".join(self.WORDS), (11, len(self.WORDS))))
         return await self._stream(request, body, model)
 
@@ -215,6 +221,8 @@ class FakeUpstream:
         await response.prepare(request)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         try:
+            if model == "slow-start":
+                await asyncio.sleep(self.slow_start_s)
             if model == "slow-stream":
                 for i in range(200):
                     await response.write(_chunk(model, {"content": f"t{i} "}))

@@ -133,7 +133,14 @@ class FakeClient:
         return (answer, b"") if isinstance(answer, int) else answer  # type: ignore[no-any-return]
 
     async def post(
-        self, url: str, body: bytes, headers: dict[str, str], timeouts: Timeouts, what: str
+        self,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        timeouts: Timeouts,
+        what: str,
+        *,
+        headers_s: float | None = None,
     ) -> UpstreamResponse:
         raise NotImplementedError
 
@@ -273,8 +280,9 @@ async def send(
             )
             await response.read()
             response.release()
-        except (UpstreamError, UpstreamTimeout):
-            balancer.record_failure(state)
+        except (UpstreamError, UpstreamTimeout) as error:
+            if isinstance(error, UpstreamError):  # a timed-out request is slow, not broken
+                balancer.record_failure(state)
             continue
         finally:
             state.release()

@@ -9,6 +9,18 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.errors import (
+    GatewayError,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamTimeout,
+)
+from gateway.pipeline import BytesResult, Call, Endpoint
+from gateway.policy import parse_policy
+from gateway.routing.balancer import Balancer, ReplicaState
+from gateway.stages.retry import CallWithRetries
+from gateway.telemetry import Metrics
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
 
@@ -94,3 +106,81 @@ def test_client_errors_are_not_retried_and_the_deadline_wins(tmp_path: Path, ups
         assert response.elapsed.total_seconds() < 2
     finally:
         gateway.stop()
+
+
+# --- every failed attempt is counted, in memory -----------------------------------------------------
+
+
+class _Pick:
+    """Picks the pool's replicas in order, skipping those already tried."""
+
+    def __init__(self, balancer: Balancer) -> None:
+        self.balancer = balancer
+
+    async def __call__(self, call: Call, exclude: tuple[ReplicaState, ...] = ()) -> None:
+        assert call.pool is not None
+        call.replica = next(s for s in self.balancer.replicas(call.pool) if s not in exclude)
+
+
+class _Upstream:
+    """Fails with each scripted error in turn, then answers."""
+
+    def __init__(self, *errors: GatewayError) -> None:
+        self.errors = list(errors)
+
+    async def __call__(self, call: Call) -> None:
+        if self.errors:
+            raise self.errors.pop(0)
+        call.result = BytesResult(200, b"{}")
+
+
+async def _run(*errors: GatewayError, on_timeout: bool = False) -> tuple[Metrics, GatewayError | None]:
+    replicas = [{"base_url": f"http://r{i}:8000/v1", "model": "m", "name": f"r{i}"} for i in range(3)]
+    policy = parse_policy(
+        {"pools": {"p": {"replicas": replicas}}, "retry": {"backoff_s": 0, "on_timeout": on_timeout}}, "t"
+    )
+    balancer = Balancer()
+    balancer.update(policy)
+    metrics = Metrics()
+    stage = CallWithRetries(
+        _Pick(balancer),  # type: ignore[arg-type]
+        _Upstream(*errors),  # type: ignore[arg-type]
+        on_attempt_error=metrics.count_upstream_error,
+    )
+    call = Call(Endpoint.CHAT, {"model": "p"}, {}, policy, "id", "p", pool="p")
+    error: GatewayError | None = None
+    try:
+        await stage(call)
+    except GatewayError as e:
+        error = e
+    metrics.record_call(call, error)  # what the call's finisher does
+    return metrics, error
+
+
+def _errors(metrics: Metrics) -> dict[str, float]:
+    return {
+        sample.labels["kind"]: sample.value
+        for family in metrics.upstream_errors.collect()
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+
+
+async def test_retried_attempts_count_in_upstream_errors_as_well_as_the_last() -> None:
+    metrics, error = await _run(UpstreamConnectError("refused"), UpstreamError("HTTP 500"))
+    assert error is None  # the third attempt answered
+    assert _errors(metrics) == {"upstream_connect_error": 1, "upstream_error": 1}
+    metrics, error = await _run(
+        UpstreamConnectError("refused"), UpstreamError("HTTP 500"), UpstreamError("x")
+    )
+    assert isinstance(error, UpstreamError)  # max_attempts 3: the last failure is the call's own
+    assert _errors(metrics) == {"upstream_connect_error": 1, "upstream_error": 2}
+    metrics, error = await _run(UpstreamStatusError(429, b"{}", "slow down"))
+    assert error is None and _errors(metrics) == {"upstream_rate_limited": 1}
+
+
+async def test_a_timeout_is_counted_once_and_retried_only_with_on_timeout() -> None:
+    metrics, error = await _run(UpstreamTimeout("slow"))
+    assert isinstance(error, UpstreamTimeout) and _errors(metrics) == {"upstream_timeout": 1}
+    metrics, error = await _run(UpstreamTimeout("slow"), on_timeout=True)
+    assert error is None and _errors(metrics) == {"upstream_timeout": 1}

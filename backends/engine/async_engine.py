@@ -125,10 +125,12 @@ class AsyncLLMEngine:
                 if not self._drain_commands(block=block):
                     self._fail_streams(EngineDeadError("engine stopped"))
                     return
-                if engine.has_unfinished_requests():
-                    for output in engine.step():
-                        self._deliver(output)
+                outputs = engine.step() if engine.has_unfinished_requests() else []
+                # publish the counts before delivering: a caller who sees a token also sees its request
+                # counted as running, not as still waiting (which would refuse the next one early)
                 self._stats = engine.stats()
+                for output in outputs:
+                    self._deliver(output)
         except BaseException as exc:
             log.exception("engine step thread died")
             self._dead = exc

@@ -128,6 +128,28 @@ def test_the_engine_runs_without_progress_bars(monkeypatch: pytest.MonkeyPatch) 
     assert engine_command(Settings(), "m", "h", 1)[1]["HF_HUB_DISABLE_PROGRESS_BARS"] == "0"
 
 
+def _start_until_banner(args: list[str], cwd: Path) -> tuple[subprocess.Popen[str], list[str]]:
+    """``python -m gateway ARGS`` as a user's terminal runs it, and its lines up to the banner's key line."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**env, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"},
+    )
+    lines: list[str] = []
+    assert proc.stdout is not None
+    while not (lines and lines[-1].startswith("export OPENAI_API_KEY=")):
+        line = proc.stdout.readline()
+        if not line:  # it exited before the banner
+            proc.wait(30)
+            raise AssertionError("".join(lines))
+        lines.append(line)
+    return proc, lines
+
+
 def test_run_prints_the_banner_last_and_keeps_the_terminal_quiet(tmp_path: Path) -> None:
     """``switchyard run --no-engine`` in front of the fake upstream, as a user's terminal sees it."""
     upstream = FakeUpstream().start()
@@ -135,22 +157,11 @@ def test_run_prints_the_banner_last_and_keeps_the_terminal_quiet(tmp_path: Path)
     policy = tmp_path / "policy.yaml"
     policy.write_text(yaml.safe_dump({"version": 1, "pools": {"small": {"replicas": [replica]}}}))
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "run", "--no-engine", "--policy", str(policy), "--port", str(port)],
-        cwd=tmp_path,  # where `run` keeps .local/
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**env, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"},
+    # cwd: where `run` keeps .local/
+    proc, lines = _start_until_banner(
+        ["run", "--no-engine", "--policy", str(policy), "--port", str(port)], tmp_path
     )
-    lines: list[str] = []
     try:
-        assert proc.stdout is not None
-        while not (lines and lines[-1].startswith("export OPENAI_API_KEY=")):
-            line = proc.stdout.readline()
-            assert line, "".join(lines)  # it exited before the banner
-            lines.append(line)
         key = lines[-1].strip().partition("=")[2]
         answer = httpx.post(
             f"http://127.0.0.1:{port}/v1/chat/completions",
@@ -189,22 +200,8 @@ def test_serve_names_a_key_only_when_any_key_works(tmp_path: Path, auth_required
     }
     policy.write_text(yaml.safe_dump(document))
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--policy", str(policy), "--port", str(port)],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**env, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"},
-    )
-    lines: list[str] = []
+    proc, lines = _start_until_banner(["serve", "--policy", str(policy), "--port", str(port)], tmp_path)
     try:
-        assert proc.stdout is not None
-        while not (lines and lines[-1].startswith("export OPENAI_API_KEY=")):
-            line = proc.stdout.readline()
-            assert line, "".join(lines)
-            lines.append(line)
         key_line = lines[-1]
         answer = httpx.get(
             f"http://127.0.0.1:{port}/v1/models", headers={"authorization": "Bearer sk-anything"}, timeout=10

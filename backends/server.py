@@ -1,16 +1,23 @@
 """The reference engine's OpenAI-compatible server: ``python -m backends.server --model smollm2-135m``.
 
-The port opens at once; the weights load in a worker thread (progress in the log) and ``/ready`` and
-``/v1/models`` answer 503 until they are in. See the README.
+Several models in one process: ``--model smollm2-135m --model gemma3-270m``; ``--model NAME=SOURCE``
+serves SOURCE under another name. Names whose SOURCE is the same share one engine (one copy of the
+weights, one KV pool, one queue); each distinct engine gets an equal share of the KV budget and its own
+scheduler, and their steps take turns on the CPU. The port opens at once; the weights load in a worker
+thread (progress in the log) and ``/ready`` and ``/v1/models`` answer 503 until every model is in.
+See docs/engine.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
+import os
+import threading
 from collections.abc import Sequence
 
-from backends.serving.app import create_app
+from backends.serving.app import ModelSpec, create_app
 from backends.serving.engine_client import AsyncEngineLike
 from backends.serving.state import EmbedderLike
 
@@ -20,17 +27,29 @@ log = logging.getLogger("backends.server")
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m backends.server", description=__doc__)
     parser.add_argument(
-        "--model", default="smollm2-135m", help="smollm2-135m, a HF safetensors dir or a .gguf"
+        "--model",
+        action="append",
+        default=None,
+        metavar="[NAME=]SOURCE",
+        help="smollm2-135m, gemma3-270m, a HF safetensors dir or a .gguf; repeat to serve several "
+        "(default smollm2-135m); NAME=SOURCE serves it as NAME (same SOURCE: one copy of the weights)",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100)
-    parser.add_argument("--served-model-name", default=None, help="the name clients use (default: --model)")
+    parser.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=None,
+        help="the names clients use for the one --model (default: --model); the first is its own",
+    )
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--device", default="auto")
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument("--max-model-len", type=int, default=None)
-    parser.add_argument("--kv-cache-bytes", type=int, default=None, help="KV-cache budget in bytes")
+    parser.add_argument(
+        "--kv-cache-bytes", type=int, default=None, help="KV-cache budget in bytes, shared by the models"
+    )
     parser.add_argument("--no-prefix-caching", action="store_true")
     parser.add_argument("--num-threads", type=int, default=None, help="torch threads on CPU")
     parser.add_argument("--seed", type=int, default=0)
@@ -43,31 +62,78 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.model = args.model or ["smollm2-135m"]
+    if args.served_model_name and len(args.model) > 1:
+        parser.error("--served-model-name names the one --model; with several, use --model NAME=SOURCE")
+    try:
+        args.models = served_models(args.model, args.served_model_name)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args
 
 
-def build_engine(args: argparse.Namespace) -> AsyncEngineLike:
-    """Load the weights (once per process) and wrap the engine in its async front."""
+def served_models(values: Sequence[str], served_names: Sequence[str] | None = None) -> dict[str, list[str]]:
+    """``--model`` values -> {source: [names]}: names whose source is the same share one engine."""
+    models: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for value in values:
+        name, sep, source = value.partition("=")
+        if not sep:
+            name = source = value
+        if not name or not source:
+            raise ValueError(f"--model {value!r}: expected SOURCE or NAME=SOURCE")
+        names = list(served_names) if served_names else [name]
+        for n in names:
+            if n in seen:
+                raise ValueError(f"the model name {n!r} is given twice")
+            seen.add(n)
+        models.setdefault(_source_key(source), []).extend(names)
+    return models
+
+
+def _source_key(source: str) -> str:
+    """One key per set of weights: a path is compared by where it really is."""
+    return os.path.realpath(source) if os.path.exists(source) else source
+
+
+def build_models(args: argparse.Namespace) -> list[ModelSpec]:
+    """One spec per distinct source, each building its engine (once per process) when the app starts."""
+    share = len(args.models)
+    step_lock = threading.Lock() if share > 1 else None  # engines on one CPU take turns, not fight
+    return [
+        ModelSpec(tuple(names), factory=functools.partial(build_engine, args, source, share, step_lock))
+        for source, names in args.models.items()
+    ]
+
+
+def build_engine(
+    args: argparse.Namespace, source: str, share: int = 1, step_lock: threading.Lock | None = None
+) -> AsyncEngineLike:
+    """Load one model's weights and wrap its engine in the async front; ``share`` engines split the
+    KV budget equally."""
     from backends.engine.async_engine import AsyncLLMEngine
     from backends.engine.config import EngineConfig
     from backends.engine.llm_engine import LLMEngine
 
+    defaults = EngineConfig(model=source)
     config = EngineConfig(
-        model=args.model,
+        model=source,
         dtype=args.dtype,
         device=args.device,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.max_model_len,
-        kv_cache_bytes=args.kv_cache_bytes,
+        kv_cache_bytes=None if args.kv_cache_bytes is None else args.kv_cache_bytes // share,
+        kv_cache_fraction=defaults.kv_cache_fraction / share,
         enable_prefix_caching=not args.no_prefix_caching,
         num_threads=args.num_threads,
         seed=args.seed,
     )
-    log.info("loading model %s (%s)", args.model, args.dtype)
+    log.info("loading model %s (%s)", source, args.dtype)
     engine = LLMEngine(config)
     log.info("model %s loaded: max_model_len %d", engine.model_name, engine.max_model_len)
-    return AsyncLLMEngine(engine, max_waiting=args.max_waiting)
+    return AsyncLLMEngine(engine, max_waiting=args.max_waiting, step_lock=step_lock)
 
 
 def build_embedder(args: argparse.Namespace) -> EmbedderLike | None:
@@ -92,10 +158,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     app = create_app(
-        engine_factory=lambda: build_engine(args),
+        models=build_models(args),
         embedder=build_embedder(args),
         load_embedder=args.embedding_model == "minilm",
-        served_model_name=args.served_model_name or args.model,
     )
     uvicorn.run(
         app,

@@ -7,6 +7,7 @@ then hand the request over through a command queue, so the event loop never wait
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -43,9 +44,15 @@ class _Abort:
 class AsyncLLMEngine:
     """Runs LLMEngine.step() in one background thread; per-request asyncio queues."""
 
-    def __init__(self, engine: LLMEngine, *, max_waiting: int = 256) -> None:
+    def __init__(
+        self, engine: LLMEngine, *, max_waiting: int = 256, step_lock: threading.Lock | None = None
+    ) -> None:
+        """``step_lock``: held for each step, shared by the engines of one process so their steps take
+        turns on the cores instead of splitting them (two forwards at once each run at half speed, and
+        oversubscribed threads make both slower still)."""
         self.engine = engine
         self.max_waiting = max_waiting
+        self._step_lock = step_lock or contextlib.nullcontext()
         self._commands: queue.SimpleQueue[_Add | _Abort | None] = queue.SimpleQueue()
         self._streams: dict[str, _Add] = {}  # owned by the step thread
         # submitted minus admitted = requests not yet handed to the engine; each counter has one writer
@@ -125,7 +132,10 @@ class AsyncLLMEngine:
                 if not self._drain_commands(block=block):
                     self._fail_streams(EngineDeadError("engine stopped"))
                     return
-                outputs = engine.step() if engine.has_unfinished_requests() else []
+                outputs: list[RequestOutput] = []
+                if engine.has_unfinished_requests():
+                    with self._step_lock:
+                        outputs = engine.step()
                 # publish the counts before delivering: a caller who sees a token also sees its request
                 # counted as running, not as still waiting (which would refuse the next one early)
                 self._stats = engine.stats()

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import Litestar, Request, Response, get, post
@@ -27,7 +28,7 @@ from backends.serving.engine_client import AsyncEngineLike
 from backends.serving.errors import HTTPError, ModelNotFound, ServingError
 from backends.serving.metrics import CONTENT_TYPE, ServerMetrics
 from backends.serving.protocol import ModelCard, ModelList, encoder
-from backends.serving.state import EmbedderLike, ServingState
+from backends.serving.state import EmbedderLike, ServedModel, ServingState
 from backends.serving.tracing import EngineTracer, RequestTrace
 
 log = logging.getLogger(__name__)
@@ -36,39 +37,72 @@ TRACE_HEADERS = ("traceparent", "tracestate")
 """W3C trace context, echoed untouched on the response (the request's span continues it)."""
 
 
+@dataclass(frozen=True)
+class ModelSpec:
+    """One engine the app serves and the names it answers to (the first is its own; the others are
+    aliases that share its weights, KV pool and queue). Give the engine ready-made or a factory that
+    builds it in a worker thread after the app starts."""
+
+    names: tuple[str, ...]
+    engine: AsyncEngineLike | None = None
+    factory: Callable[[], AsyncEngineLike] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.names:
+            raise ValueError("a served model needs at least one name")
+        if (self.engine is None) == (self.factory is None):
+            raise ValueError("pass exactly one of engine and factory")
+
+
 def create_app(
     engine: AsyncEngineLike | None = None,
     *,
     engine_factory: Callable[[], AsyncEngineLike] | None = None,
+    models: Sequence[ModelSpec] = (),
     embedder: EmbedderLike | None = None,
     load_embedder: bool = False,
     served_model_name: str | None = None,
     tracer: EngineTracer | None = None,
 ) -> Litestar:
-    """The app serving ``engine`` (started and stopped with the app) or the one ``engine_factory`` builds.
+    """The app serving ``engine`` (started and stopped with the app) or the one ``engine_factory`` builds,
+    or every engine in ``models`` (several models in one process; the first serves requests that name
+    none).
 
     ``embedder`` serves /v1/embeddings; with ``load_embedder`` its weights load at start-up, else on
     first use. ``tracer`` traces requests (default: as the ``OTEL_*`` environment says; off without it).
     """
-    if (engine is None) == (engine_factory is None):
-        raise ValueError("pass exactly one of engine and engine_factory")
-    if served_model_name is None:
-        if engine is None:
-            raise ValueError("served_model_name is required with engine_factory")
-        served_model_name = engine.engine.model_name
-    metrics = ServerMetrics(served_model_name, lambda: _read_stats(state))  # reads `state`, bound below
-    state = ServingState(served_model_name=served_model_name, metrics=metrics, embedder=embedder)
+    if engine is not None or engine_factory is not None:
+        if models:
+            raise ValueError("pass models, or one engine / engine_factory, not both")
+        if served_model_name is None:
+            if engine is None:
+                raise ValueError("served_model_name is required with engine_factory")
+            served_model_name = engine.engine.model_name
+        models = [ModelSpec((served_model_name,), engine=engine, factory=engine_factory)]
+    elif not models:
+        raise ValueError("pass exactly one of engine and engine_factory, or models")
+    names = [name for spec in models for name in spec.names]
+    if len(set(names)) != len(names):
+        raise ValueError(f"a model name is served twice: {names}")
+    metrics = ServerMetrics()
+    served: list[ServedModel] = []
+    for spec in models:
+        model = ServedModel(spec.names, metrics.model(spec.names[0]), factory=spec.factory)
+        metrics.watch(model.name, model.read_stats)
+        served.append(model)
+    state = ServingState(models=served, metrics=metrics, embedder=embedder)
     tracer = tracer or EngineTracer.from_env()
     state.tracer = tracer if tracer.enabled else None
+    ready_made = [(model, spec.engine) for model, spec in zip(served, models, strict=True) if spec.engine]
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         tasks: list[asyncio.Task[None]] = []
-        if engine is not None:
-            await engine.start()
-            state.engine = engine
-        else:
-            tasks.append(asyncio.create_task(_load_engine(state, engine_factory)))  # type: ignore[arg-type]
+        for model, ready in ready_made:
+            await ready.start()
+            model.engine = ready
+        if any(model.factory is not None for model in served):
+            tasks.append(asyncio.create_task(_load_engines(state)))
         load = getattr(embedder, "load", None)
         if load_embedder and load is not None:
             tasks.append(asyncio.create_task(_load_embedder(load)))
@@ -78,8 +112,9 @@ def create_app(
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            if state.engine is not None:
-                await state.engine.stop()
+            for model in served:
+                if model.engine is not None:
+                    await model.engine.stop()
 
     def with_trace(request: Request[Any, Any, Any], response: Response[Any]) -> Response[Any]:
         for name in TRACE_HEADERS:
@@ -117,14 +152,14 @@ def create_app(
 
     @get("/v1/models")
     async def list_models() -> Response[Any]:
-        engine = state.require_ready()  # clients and balancers wait on /v1/models: 200 only once it serves
-        cards = _model_cards(state, engine)
+        state.require_ready()  # clients and balancers wait on /v1/models: 200 only once every model serves
+        cards = _model_cards(state)
         return Response(encoder.encode(ModelList(data=cards)), media_type="application/json")
 
     @get("/v1/models/{model_id:path}")
     async def retrieve_model(model_id: str) -> Response[Any]:
-        engine = state.require_ready()  # before the 404: the engine's own model name is known once loaded
-        for card in _model_cards(state, engine):
+        state.require_ready()  # before the 404: the engine's own model name is known once loaded
+        for card in _model_cards(state):
             if card.id == model_id.lstrip("/"):
                 return Response(encoder.encode(card), media_type="application/json")
         raise ModelNotFound(model_id.lstrip("/"))
@@ -164,16 +199,21 @@ def create_app(
     )
 
 
-async def _load_engine(state: ServingState, factory: Callable[[], AsyncEngineLike]) -> None:
-    try:
-        engine = await asyncio.to_thread(factory)
-        await engine.start()
-    except Exception as exc:
-        log.exception("loading the engine failed")
-        state.load_error = f"The engine failed to load: {exc}"
-        return
-    state.engine = engine
-    log.info("engine ready: serving %s", state.served_model_name)
+async def _load_engines(state: ServingState) -> None:
+    """Build the engines one after another (loading two models at once only doubles the peak memory
+    and halves each one's CPU), in the order given."""
+    for model in state.models:
+        if model.factory is None:
+            continue
+        try:
+            engine = await asyncio.to_thread(model.factory)
+            await engine.start()
+        except Exception as exc:
+            log.exception("loading the engine of %s failed", model.name)
+            state.load_error = f"The engine of {model.name!r} failed to load: {exc}"
+            return
+        model.engine = engine
+        log.info("engine ready: serving %s", ", ".join(model.names))
 
 
 async def _load_embedder(load: Callable[[], None]) -> None:
@@ -183,19 +223,14 @@ async def _load_embedder(load: Callable[[], None]) -> None:
         log.exception("loading the embedding model failed; /v1/embeddings will retry on use")
 
 
-def _read_stats(state: ServingState) -> Any | None:
-    if state.engine is None:
-        return None
-    try:
-        return state.engine.stats()
-    except Exception:  # a dead engine must not break the scrape
-        log.exception("reading engine stats failed")
-        return None
-
-
-def _model_cards(state: ServingState, engine: AsyncEngineLike) -> list[ModelCard]:
-    max_model_len = engine.engine.max_model_len
-    cards = [ModelCard(id=state.served_model_name, created=state.created_s, max_model_len=max_model_len)]
+def _model_cards(state: ServingState) -> list[ModelCard]:
+    cards = []
+    for model in state.models:
+        assert model.engine is not None
+        max_model_len = model.engine.engine.max_model_len
+        for name in model.names:
+            card = ModelCard(id=name, created=state.created_s, max_model_len=max_model_len, root=model.name)
+            cards.append(card)
     if state.embedder is not None:
         cards.append(ModelCard(id=state.embedder.model_name, created=state.created_s))
     return cards

@@ -61,7 +61,7 @@ async def create_chat_completion(
 ) -> Response[Any]:
     arrival_s = time.perf_counter()
     body = decode_request(await request.body(), ChatCompletionRequest)
-    engine = state.require_engine(body.model)
+    served, engine = state.require_engine(body.model)
     params = chat_params(body)
     prompt_ids = await chat_prompt_ids(
         engine.engine.tokenizer,
@@ -75,14 +75,14 @@ async def create_chat_completion(
         request_id,
         prompt_ids,
         params,
-        metrics=state.metrics,
+        metrics=served.metrics,
         cache_salt=body.cache_salt,
         priority=body.priority,
         arrival_s=arrival_s,
         trace=trace,
     )
     created = int(time.time())
-    model = body.model or state.served_model_name
+    model = body.model or served.name
     if trace is not None:
         trace.describe(model, body, bool(body.stream))
     headers = {"X-Request-Id": request_id}

@@ -56,7 +56,7 @@ async def create_completion(
 ) -> Response[Any]:
     arrival_s = time.perf_counter()
     body = decode_request(await request.body(), CompletionRequest)
-    engine = state.require_engine(body.model)
+    served, engine = state.require_engine(body.model)
     params = completion_params(body)
     tokenizer = engine.engine.tokenizer
     prompt_ids = await completion_prompt_ids(tokenizer, "" if body.prompt is None else body.prompt)
@@ -66,7 +66,7 @@ async def create_completion(
     check_context_length(len(prompt_ids), params, engine.engine.max_model_len)
     request_id = f"cmpl-{uuid.uuid4().hex}"
     if asks_for_no_tokens(body):
-        model = body.model or state.served_model_name
+        model = body.model or served.name
         if trace is not None:
             trace.describe(model, body, bool(body.stream))
             trace.finish(None, model=model)
@@ -76,14 +76,14 @@ async def create_completion(
         request_id,
         prompt_ids,
         params,
-        metrics=state.metrics,
+        metrics=served.metrics,
         cache_salt=body.cache_salt,
         priority=body.priority,
         arrival_s=arrival_s,
         trace=trace,
     )
     created = int(time.time())
-    model = body.model or state.served_model_name
+    model = body.model or served.name
     if trace is not None:
         trace.describe(model, body, bool(body.stream))
     headers = {"X-Request-Id": request_id}

@@ -21,7 +21,7 @@ from backends.engine.outputs import RequestOutput
 from backends.engine.sampling_params import SamplingParams
 from backends.serving.engine_client import AsyncEngineLike
 from backends.serving.errors import ClientDisconnected, EngineFailed, InvalidRequest, NotReady, QueueFull
-from backends.serving.metrics import ServerMetrics
+from backends.serving.metrics import ModelMetrics
 from backends.serving.tracing import RequestTrace
 
 T = TypeVar("T")
@@ -41,7 +41,7 @@ class Generation:
         prompt_token_ids: list[int],
         params: SamplingParams,
         *,
-        metrics: ServerMetrics,
+        metrics: ModelMetrics,
         cache_salt: str | None = None,
         priority: int = 0,
         arrival_s: float | None = None,

@@ -33,10 +33,10 @@ E2E_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
 
 
 class ServerMetrics:
-    """The registry of one server, its request histograms, and the engine-stats collector."""
+    """The registry of one server (every model it serves), its request histograms, and the
+    engine-stats collector; ``model(name)`` gives the per-model view requests record into."""
 
-    def __init__(self, model_name: str, read_stats: Callable[[], Any | None]) -> None:
-        self.model_name = model_name
+    def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         labels = ["model_name"]
         self._ttft = Histogram(
@@ -45,28 +45,52 @@ class ServerMetrics:
             labels,
             buckets=TTFT_BUCKETS_S,
             registry=self.registry,
-        ).labels(model_name)
+        )
         self._tpot = Histogram(
             "vllm:time_per_output_token_seconds",
             "Time between generated tokens of a request, per token.",
             labels,
             buckets=TPOT_BUCKETS_S,
             registry=self.registry,
-        ).labels(model_name)
+        )
         self._e2e = Histogram(
             "vllm:e2e_request_latency_seconds",
             "Time from request arrival to its last token.",
             labels,
             buckets=E2E_BUCKETS_S,
             registry=self.registry,
-        ).labels(model_name)
+        )
         self._success = Counter(
             "vllm:request_success",
             "Finished requests, by finish reason.",
             [*labels, "finished_reason"],
             registry=self.registry,
         )
-        self.registry.register(_EngineStatsCollector(model_name, read_stats))
+        self._stats = _EngineStatsCollector()
+        self.registry.register(self._stats)
+
+    def model(self, model_name: str) -> ModelMetrics:
+        """The view one served model's requests record into."""
+        return ModelMetrics(self, model_name)
+
+    def watch(self, model_name: str, read_stats: Callable[[], Any | None]) -> None:
+        """Read this model's engine stats (None while it loads) at every scrape."""
+        self._stats.add(model_name, read_stats)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)
+
+
+class ModelMetrics:
+    """What a request records, labelled with the model that served it."""
+
+    def __init__(self, server: ServerMetrics, model_name: str) -> None:
+        self.model_name = model_name
+        self._ttft = server._ttft.labels(model_name)
+        self._tpot = server._tpot.labels(model_name)
+        self._e2e = server._e2e.labels(model_name)
+        self._success = server._success
 
     def observe_first_token(self, ttft_s: float) -> None:
         self._ttft.observe(ttft_s)
@@ -79,29 +103,23 @@ class ServerMetrics:
         self._e2e.observe(e2e_s)
         self._success.labels(self.model_name, finish_reason).inc()
 
-    def render(self) -> bytes:
-        """The Prometheus text exposition of every metric."""
-        return generate_latest(self.registry)
-
 
 class _EngineStatsCollector(Collector):
-    """Reads ``EngineStats`` at each scrape; all zeros while the engine is still loading."""
+    """Reads each model's ``EngineStats`` at each scrape; all zeros while its engine is still loading."""
 
-    def __init__(
-        self,
-        model_name: str,
-        read_stats: Callable[[], Any | None],
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._model_name = model_name
-        self._read_stats = read_stats
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._models: dict[str, Callable[[], Any | None]] = {}
         self._clock = clock
-        self._samples: deque[tuple[float, float]] = deque()
-        """(time, generated tokens) at recent scrapes, for tokens per second."""
+        self._samples: dict[str, deque[tuple[float, float]]] = {}
+        """(time, generated tokens) at recent scrapes per model, for tokens per second."""
 
-    def _tokens_per_second(self, num_generated: float) -> float:
+    def add(self, model_name: str, read_stats: Callable[[], Any | None]) -> None:
+        self._models[model_name] = read_stats
+        self._samples[model_name] = deque()
+
+    def _tokens_per_second(self, model_name: str, num_generated: float) -> float:
         now = self._clock()
-        samples = self._samples
+        samples = self._samples[model_name]
         samples.append((now, num_generated))
         while len(samples) > 2 and now - samples[1][0] >= RATE_WINDOW_S:
             samples.popleft()  # keep one sample at least a window old, if there is one
@@ -111,21 +129,25 @@ class _EngineStatsCollector(Collector):
         return (num_generated - tokens) / (now - then)
 
     def collect(self) -> Iterator[Metric]:
-        stats = self._read_stats()
-        labels = [self._model_name]
+        snapshots = {name: read() for name, read in self._models.items()}
 
-        def value(name: str) -> float:
-            return float(getattr(stats, name, 0) or 0) if stats is not None else 0.0
+        def family(
+            kind: type[GaugeMetricFamily] | type[CounterMetricFamily], name: str, doc: str, attr: str
+        ) -> Metric:
+            metric = kind(name, doc, labels=["model_name"])
+            for model_name, stats in snapshots.items():
+                value = float(getattr(stats, attr, 0) or 0) if stats is not None else 0.0
+                metric.add_metric([model_name], value)
+            return metric
 
         gauges = (
             ("vllm:num_requests_running", "Requests in the running batch.", "num_running"),
             ("vllm:num_requests_waiting", "Requests waiting to be scheduled.", "num_waiting"),
             ("vllm:kv_cache_usage_perc", "Share of KV-cache blocks in use (1 = full).", "kv_cache_usage"),
+            ("switchyard_engine_batch_size", "Sequences in the running batch.", "num_running"),
         )
         for name, doc, attr in gauges:
-            gauge = GaugeMetricFamily(name, doc, labels=["model_name"])
-            gauge.add_metric(labels, value(attr))
-            yield gauge
+            yield family(GaugeMetricFamily, name, doc, attr)
         counters = (
             (
                 "vllm:prefix_cache_queries",
@@ -138,20 +160,15 @@ class _EngineStatsCollector(Collector):
             ("vllm:generation_tokens", "Tokens generated.", "num_generated_tokens"),
         )
         for name, doc, attr in counters:
-            counter = CounterMetricFamily(name, doc, labels=["model_name"])
-            counter.add_metric(labels, value(attr))
-            yield counter
-        batch = GaugeMetricFamily(
-            "switchyard_engine_batch_size", "Sequences in the running batch.", labels=["model_name"]
-        )
-        batch.add_metric(labels, value("num_running"))
-        yield batch
+            yield family(CounterMetricFamily, name, doc, attr)
         rate = GaugeMetricFamily(
             "switchyard_engine_generation_tokens_per_second",
             f"Generated tokens per second since the oldest scrape in the last {RATE_WINDOW_S:.0f} s.",
             labels=["model_name"],
         )
-        rate.add_metric(labels, self._tokens_per_second(value("num_generated_tokens")))
+        for model_name, stats in snapshots.items():
+            generated = float(getattr(stats, "num_generated_tokens", 0) or 0) if stats is not None else 0.0
+            rate.add_metric([model_name], self._tokens_per_second(model_name, generated))
         yield rate
 
     def describe(self) -> Iterator[Metric]:

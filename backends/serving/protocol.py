@@ -215,6 +215,8 @@ class ModelCard(msgspec.Struct, kw_only=True):
     object: str = "model"
     created: int
     owned_by: str = "switchyard"
+    root: str | UnsetType = UNSET
+    """The served model an alias shares its weights with (its own name when it is no alias)."""
     max_model_len: int | UnsetType = UNSET
 
 

@@ -25,7 +25,10 @@ SUFFIXES = {
 def exposed_names() -> set[str]:
     """Every sample name the gateway's and the engine's /metrics can carry (labelled or not)."""
     names: set[str] = set()
-    for text in (Metrics().render(), ServerMetrics("m", lambda: None).render()):
+    engine = ServerMetrics()
+    engine.model("m")
+    engine.watch("m", lambda: None)
+    for text in (Metrics().render(), engine.render()):
         for family in text_string_to_metric_families(text.decode()):
             names.update(family.name + suffix for suffix in SUFFIXES.get(family.type, ("",)))
     return names

@@ -5,6 +5,11 @@ digest (and the request's cache salt) plus the block's exact token ids and salt.
 whole keys, so two sequences share a block only when its tokens and salt are equal and everything before
 it digests the same; a hash collision alone never serves another prompt's (or tenant's) KV.
 A freed block that holds a hash stays findable in an O(1) LRU until a fresh allocation evicts it.
+
+When every layer slides, a sequence's leading blocks die once the window has passed them:
+``free_out_of_window`` hands them back (a hashed one to the LRU, where it can still be hit) and leaves
+``FREED_BLOCK`` in their table entries, so the table stays indexed by position while only the blocks
+the window still reads count against the pool.
 """
 
 from __future__ import annotations
@@ -13,16 +18,28 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable
 
 from backends.engine.block_hash import BlockHash
-from backends.engine.sequence import Sequence
+from backends.engine.sequence import FREED_BLOCK, Sequence
 
 
 class BlockManager:
-    """Owns ``num_blocks`` KV blocks of ``block_size`` token slots each."""
+    """Owns ``num_blocks`` KV blocks of ``block_size`` token slots each.
 
-    def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = True) -> None:
+    ``sliding_window``: the window every layer applies, given when the blocks it has passed may be
+    freed; None keeps every block a sequence filled (full attention, some full layers, or freeing off).
+    """
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        enable_prefix_caching: bool = True,
+        sliding_window: int | None = None,
+    ) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self.sliding_window = sliding_window
         self.ref_counts = [0] * num_blocks
         self.block_hash: list[BlockHash | None] = [None] * num_blocks
         self.hash_to_block: dict[BlockHash, int] = {}  # keys compared whole on a hit: tokens and salt too
@@ -30,11 +47,17 @@ class BlockManager:
         self.evictable: OrderedDict[int, None] = OrderedDict()  # free blocks holding a hash, LRU first
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        self.max_num_used_blocks = 0
+        """High-water mark of blocks referenced at once (what a pool for this load must hold)."""
 
     # -- sizes ---------------------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
         return len(self.free_ids) + len(self.evictable)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.num_free_blocks
 
     @property
     def usage(self) -> float:
@@ -52,13 +75,29 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return []
         max_blocks = (seq.num_tokens - 1) // self.block_size
+        hashes = seq.full_block_hashes(self.block_size)[:max_blocks]
+        if self.sliding_window is not None:
+            return self._window_hits(seq, hashes)
         hits: list[int] = []
-        for h in seq.full_block_hashes(self.block_size)[:max_blocks]:
+        for h in hashes:
             block_id = self.hash_to_block.get(h)
             if block_id is None:
                 break
             hits.append(block_id)
         return hits
+
+    def _window_hits(self, seq: Sequence, hashes: list[BlockHash]) -> list[int]:
+        """The longest cached start when a window slides: only the blocks the window reads from there
+        must be cached (each hash chains over every earlier token, so one hit vouches for the whole
+        prefix); the blocks before them come back as ``FREED_BLOCK``."""
+        found = [self.hash_to_block.get(h) for h in hashes]
+        num_hits, num_dead, run = 0, 0, 0
+        for i, block_id in enumerate(found):
+            run = run + 1 if block_id is not None else 0  # cached blocks ending at block i
+            dead = self.num_dead_blocks(seq, (i + 1) * self.block_size)
+            if i + 1 - dead <= run:
+                num_hits, num_dead = i + 1, dead
+        return [FREED_BLOCK] * num_dead + [b for b in found[num_dead:num_hits] if b is not None]  # all hits
 
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Register seq's newly full and computed blocks in the prefix cache."""
@@ -70,24 +109,68 @@ class BlockManager:
         hashes = seq.full_block_hashes(self.block_size)
         for i in range(seq.num_hashed_blocks, num_full):
             block_id, h = seq.block_table[i], hashes[i]
-            if self.block_hash[block_id] is None and h not in self.hash_to_block:
+            if block_id != FREED_BLOCK and self.block_hash[block_id] is None and h not in self.hash_to_block:
                 self.block_hash[block_id] = h
                 self.hash_to_block[h] = block_id
         seq.num_hashed_blocks = num_full
 
+    # -- sliding window ------------------------------------------------------------------------------
+    def num_dead_blocks(self, seq: Sequence, num_computed_tokens: int) -> int:
+        """Leading blocks of seq that no query at position ``num_computed_tokens`` or later reads: those
+        wholly before the next query's first key (none without a window)."""
+        window = self.sliding_window
+        if window is None:
+            return 0
+        if seq.index == 0 and seq.params.n > 1 and seq.num_output_tokens == 0:
+            # not forked yet: its children start after the last full prompt block and read the window there
+            fork_at = self._num_forkable_blocks(seq) * self.block_size
+            num_computed_tokens = min(num_computed_tokens, fork_at)
+        return max(0, num_computed_tokens - window + 1) // self.block_size
+
+    def free_out_of_window(self, seq: Sequence) -> int:
+        """Release seq's leading blocks that its window has passed (after each step); how many it freed."""
+        start = seq.num_freed_blocks
+        num_dead = min(self.num_dead_blocks(seq, seq.num_computed_tokens), len(seq.block_table))
+        for i in range(start, num_dead):  # oldest first, so the LRU evicts a window's history in order
+            self._unref(seq.block_table[i])
+            seq.block_table[i] = FREED_BLOCK
+        seq.num_freed_blocks = max(start, num_dead)
+        return seq.num_freed_blocks - start
+
+    def can_ever_fit(self, seq: Sequence) -> bool:
+        """Whether the whole pool could carry seq to its current length: full attention holds every
+        block, a window at most the blocks it spans, so a pool a window wide carries any length."""
+        capacity = self.num_blocks * self.block_size
+        if seq.num_tokens <= capacity:
+            return True
+        window = self.sliding_window
+        return window is not None and capacity >= window + self.block_size - 1
+
+    def max_new_tokens(self, seq: Sequence, num_computed_tokens: int) -> int:
+        """The most tokens seq could compute in one step from ``num_computed_tokens`` with the whole pool
+        to itself (a window frees what it passed only after the step, so a chunk must fit at once)."""
+        first_live = self.num_dead_blocks(seq, num_computed_tokens)
+        return (first_live + self.num_blocks) * self.block_size - num_computed_tokens
+
     # -- allocate / free -----------------------------------------------------------------------------
     def can_allocate(self, seq: Sequence, computed_blocks: list[int], num_new_tokens: int) -> bool:
         """Whether seq can start with its cache hits plus ``num_new_tokens`` computed this step."""
-        num_needed = self.num_blocks_for(len(computed_blocks) * self.block_size + num_new_tokens)
-        num_reused_free = sum(1 for b in computed_blocks if self.ref_counts[b] == 0)
-        return num_needed - len(computed_blocks) <= self.num_free_blocks - num_reused_free
+        num_cached = len(computed_blocks) * self.block_size
+        num_needed = self.num_blocks_for(num_cached + num_new_tokens) - len(computed_blocks)
+        live = computed_blocks[self.num_dead_blocks(seq, num_cached) :]
+        num_reused_free = sum(1 for b in live if self.ref_counts[b] == 0)
+        return num_needed <= self.num_free_blocks - num_reused_free
 
     def allocate(self, seq: Sequence, computed_blocks: list[int], num_new_tokens: int) -> None:
-        """Give a waiting seq its cached blocks plus fresh ones for ``num_new_tokens``."""
+        """Give a waiting seq its cached blocks (those its window reads) plus fresh ones for
+        ``num_new_tokens``."""
         assert not seq.block_table, "allocate() on a sequence that already holds blocks"
-        for block_id in computed_blocks:
+        num_dead = self.num_dead_blocks(seq, len(computed_blocks) * self.block_size)
+        live = computed_blocks[num_dead:]
+        for block_id in live:
             self._ref(block_id)
-        seq.block_table = list(computed_blocks)
+        seq.block_table = [FREED_BLOCK] * num_dead + live
+        seq.num_freed_blocks = num_dead
         seq.num_hashed_blocks = len(computed_blocks)
         seq.num_computed_tokens = len(computed_blocks) * self.block_size
         if seq.num_output_tokens == 0 and seq.num_preemptions == 0:
@@ -109,10 +192,14 @@ class BlockManager:
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Let child share parent's full prompt blocks (copy-free); it computes only the tail."""
-        num_shared = min((parent.num_prompt_tokens - 1) // self.block_size, len(parent.block_table))
+        num_shared = min(self._num_forkable_blocks(parent), len(parent.block_table))
         num_shared = min(num_shared, parent.num_computed_tokens // self.block_size)
-        child.block_table = parent.block_table[:num_shared]
-        for block_id in child.block_table:
+        num_dead = self.num_dead_blocks(child, num_shared * self.block_size)
+        if parent.num_freed_blocks > num_dead:  # the parent released blocks the child's window reads
+            num_shared = num_dead = 0
+        child.block_table = [FREED_BLOCK] * num_dead + parent.block_table[num_dead:num_shared]
+        child.num_freed_blocks = num_dead
+        for block_id in child.block_table[num_dead:]:
             self._ref(block_id)
         child.num_computed_tokens = num_shared * self.block_size
         child.num_cached_tokens = parent.num_cached_tokens
@@ -121,15 +208,10 @@ class BlockManager:
     def free(self, seq: Sequence) -> None:
         """Drop seq's references; blocks that hold a hash stay reusable until evicted."""
         # Tail blocks first, so the LRU evicts the end of a prefix before its start.
-        for block_id in reversed(seq.block_table):
-            self.ref_counts[block_id] -= 1
-            assert self.ref_counts[block_id] >= 0, f"block {block_id} freed twice"
-            if self.ref_counts[block_id] == 0:
-                if self.block_hash[block_id] is not None:
-                    self.evictable[block_id] = None
-                else:
-                    self.free_ids.append(block_id)
+        for block_id in reversed(seq.block_table[seq.num_freed_blocks :]):
+            self._unref(block_id)
         seq.block_table = []
+        seq.num_freed_blocks = 0
         seq.num_computed_tokens = 0
         seq.num_hashed_blocks = 0
 
@@ -141,10 +223,28 @@ class BlockManager:
         self.hash_to_block.clear()
         self.block_hash = [None] * self.num_blocks
 
+    def _num_forkable_blocks(self, seq: Sequence) -> int:
+        """Full prompt blocks an n > 1 parent shares (the last prompt token is always recomputed)."""
+        return (seq.num_prompt_tokens - 1) // self.block_size
+
     def _ref(self, block_id: int) -> None:
+        assert block_id != FREED_BLOCK, "a freed table entry referenced"
         if self.ref_counts[block_id] == 0:
             del self.evictable[block_id]  # cache hit on a freed block: revive it
+            self._note_usage()
         self.ref_counts[block_id] += 1
+
+    def _unref(self, block_id: int) -> None:
+        self.ref_counts[block_id] -= 1
+        assert self.ref_counts[block_id] >= 0, f"block {block_id} freed twice"
+        if self.ref_counts[block_id] == 0:
+            if self.block_hash[block_id] is not None:
+                self.evictable[block_id] = None
+            else:
+                self.free_ids.append(block_id)
+
+    def _note_usage(self) -> None:
+        self.max_num_used_blocks = max(self.max_num_used_blocks, self.num_used_blocks)
 
     def _take_fresh(self) -> int:
         if self.free_ids:
@@ -157,13 +257,15 @@ class BlockManager:
                 self.block_hash[block_id] = None
         assert self.ref_counts[block_id] == 0
         self.ref_counts[block_id] = 1
+        self._note_usage()
         return block_id
 
     # -- checks --------------------------------------------------------------------------------------
     def check_invariants(self, seqs: Iterable[Sequence] | None = None) -> None:
         """Assert the pool is consistent: no leaked, double-freed or dangling block.
 
-        With ``seqs`` (every live sequence), reference counts must equal block-table occurrences.
+        With ``seqs`` (every live sequence), reference counts must equal the occurrences in the live
+        part of the block tables, and no sequence may have freed a block its window still reads.
         """
         free = list(self.free_ids)
         assert len(free) == len(set(free)), "a block is twice in the free list"
@@ -184,6 +286,12 @@ class BlockManager:
         if seqs is not None:
             counts = [0] * self.num_blocks
             for seq in seqs:
-                for block_id in seq.block_table:
+                num_freed = seq.num_freed_blocks
+                assert all(b == FREED_BLOCK for b in seq.block_table[:num_freed]), "freed entries mislaid"
+                assert num_freed <= self.num_dead_blocks(seq, seq.num_computed_tokens), (
+                    f"sequence {seq.seq_id} freed a block its window still reads"
+                )
+                for block_id in seq.block_table[num_freed:]:
+                    assert 0 <= block_id < self.num_blocks, f"sequence {seq.seq_id} holds block {block_id}"
                     counts[block_id] += 1
             assert counts == self.ref_counts, "reference counts differ from the live block tables"

@@ -33,6 +33,9 @@ class EngineConfig:
     """Share of free device memory given to the KV pool when ``kv_cache_bytes`` is None."""
     enable_prefix_caching: bool = True
     """Reuse full KV blocks across requests with the same token prefix (and cache salt)."""
+    free_window_blocks: bool = True
+    """When every layer slides, give back the KV blocks the window has passed (a sequence then holds about
+    window / block_size + 1 blocks however long it grows); False keeps every block, to measure the saving."""
     num_threads: int | None = None
     """torch intra-op threads on CPU; default the number of usable cores."""
     seed: int = 0

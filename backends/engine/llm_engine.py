@@ -15,8 +15,9 @@ from backends.engine.block_manager import BlockManager
 from backends.engine.config import MAX_DEFAULT_MODEL_LEN, EngineConfig
 from backends.engine.cpu_allocator import keep_freed_memory
 from backends.engine.loader import LoadedModel, ModelLoader, load_model
+from backends.engine.model_config import ModelConfig
 from backends.engine.model_runner import ModelRunner
-from backends.engine.models.llama import LlamaForCausalLM
+from backends.engine.models import build_model
 from backends.engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
 from backends.engine.sampler import Sampler
 from backends.engine.sampling_params import SamplingParams
@@ -77,7 +78,7 @@ class LLMEngine:
         cfg.check_servable(self.max_model_len)  # before the weights: refuse fast, never serve wrong output
         dtype = DTYPES[config.dtype]
         with torch.device(self.device):
-            model = LlamaForCausalLM(cfg, max_position=max(self.max_model_len, cfg.max_position_embeddings))
+            model = build_model(cfg, max_position=max(self.max_model_len, cfg.max_position_embeddings))
         model.to(dtype=dtype)
         model.load_weights((name, t.to(dtype)) for name, t in loaded.weights)
         model.eval()
@@ -91,7 +92,10 @@ class LLMEngine:
             config.block_size,
         )
         self.block_manager = BlockManager(
-            num_blocks, config.block_size, enable_prefix_caching=config.enable_prefix_caching
+            num_blocks,
+            config.block_size,
+            enable_prefix_caching=config.enable_prefix_caching,
+            sliding_window=_freeable_window(cfg, self.max_model_len) if config.free_window_blocks else None,
         )
         self.scheduler = Scheduler(
             self.block_manager,
@@ -210,6 +214,7 @@ class LLMEngine:
         for item in sched.scheduled:
             item.seq.num_computed_tokens += item.num_new_tokens
             self.block_manager.cache_full_blocks(item.seq)
+            self.block_manager.free_out_of_window(item.seq)  # no-op unless every layer slides
         if result is None:
             return set()
         for seq, token, lp in zip(sampling, result.token_ids, result.logprobs, strict=True):
@@ -359,6 +364,15 @@ class LLMEngine:
         if num_blocks < 1:
             raise ValueError(f"KV budget of {budget} bytes holds no block of {block_bytes} bytes")
         return int(num_blocks)
+
+
+def _freeable_window(cfg: ModelConfig, max_model_len: int) -> int | None:
+    """The window whose passed blocks the pool may free: only when every layer slides (a full layer
+    still reads every block of the single pool)."""
+    window = cfg.attention_window(max_model_len)
+    if window is None or cfg.layer_types is None:
+        return window
+    return window if all(t == "sliding_attention" for t in cfg.layer_types) else None
 
 
 def _resolve_device(device: str) -> str:

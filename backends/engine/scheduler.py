@@ -4,6 +4,8 @@ Every step gets a token budget (``max_num_batched_tokens``) and a sequence cap (
 Running sequences go first (a decode costs one token, an unfinished prefill its next chunk), then
 waiting ones in (priority, arrival) order. When blocks run out, the lowest-priority running sequence is
 preempted by recompute: its blocks are freed and it waits again (its prefix is usually still cached).
+When the pool frees what a sliding window has passed, a sequence may outgrow the pool: only the blocks
+its window reads count, and a chunk is cut to what the whole pool could hold at once.
 """
 
 from __future__ import annotations
@@ -89,11 +91,12 @@ class Scheduler:
                 break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            if bm.num_blocks_for(seq.num_tokens) > bm.num_blocks:
+            if not bm.can_ever_fit(seq):
                 self.finish(seq, "length")  # grew past the whole pool: it can never fit
                 out.finished.append(seq)
                 continue
-            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            start = seq.num_computed_tokens
+            num_new = min(seq.num_tokens - start, budget, bm.max_new_tokens(seq, start))
             while not bm.can_append(seq, num_new):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -108,12 +111,13 @@ class Scheduler:
         # then waiting ones, unless this step already had to preempt
         while self.waiting and budget > 0 and not preempted and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            if bm.num_blocks_for(seq.num_tokens) > bm.num_blocks:
+            if not bm.can_ever_fit(seq):
                 self.finish(seq, "length")
                 out.finished.append(seq)
                 continue
             computed = bm.get_computed_blocks(seq)
-            num_new = min(seq.num_tokens - len(computed) * bm.block_size, budget)
+            start = len(computed) * bm.block_size
+            num_new = min(seq.num_tokens - start, budget, bm.max_new_tokens(seq, start))
             if not bm.can_allocate(seq, computed, num_new):
                 break
             self.waiting.pop(0)

@@ -15,6 +15,11 @@ if TYPE_CHECKING:
     from backends.engine.outputs import Logprob
 
 
+FREED_BLOCK = -1
+"""A block-table entry whose block the sliding window has passed and the pool took back: the table keeps
+its length, so position p still lives in ``block_table[p // block_size]`` for every p a query reads."""
+
+
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
@@ -46,6 +51,8 @@ class Sequence:
     num_hashed_blocks: int = 0
     """Leading blocks of block_table already registered in the prefix cache."""
     block_table: list[int] = field(default_factory=list)
+    num_freed_blocks: int = 0
+    """Leading entries of block_table that are ``FREED_BLOCK`` (a sliding window no longer reads them)."""
     block_hashes: list[BlockHash] = field(default_factory=list)
     """Prefix-cache key of every full block of token_ids, computed lazily."""
     status: SequenceStatus = SequenceStatus.WAITING

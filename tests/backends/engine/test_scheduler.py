@@ -25,18 +25,28 @@ def seq(num_tokens: int, priority: int = 0) -> Sequence:
 
 
 def advance(out: SchedulerOutput, bm: BlockManager) -> None:
-    """What the engine does after a step: mark tokens computed, append one sampled token."""
+    """What the engine does after a step: mark tokens computed, free what a window passed, append one
+    sampled token."""
     for item in out.scheduled:
         last = item.is_last_chunk
         item.seq.num_computed_tokens += item.num_new_tokens
         bm.cache_full_blocks(item.seq)
+        bm.free_out_of_window(item.seq)
         if last:
             item.seq.token_ids.append(7)
 
 
-def make(num_blocks: int = 64, block_size: int = 4, max_num_seqs: int = 8, budget: int = 32) -> Scheduler:
+def make(
+    num_blocks: int = 64,
+    block_size: int = 4,
+    max_num_seqs: int = 8,
+    budget: int = 32,
+    window: int | None = None,
+) -> Scheduler:
     return Scheduler(
-        BlockManager(num_blocks, block_size), max_num_seqs=max_num_seqs, max_num_batched_tokens=budget
+        BlockManager(num_blocks, block_size, sliding_window=window),
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=budget,
     )
 
 
@@ -115,3 +125,77 @@ def test_finish_frees_waiting_and_running() -> None:
     s.finish(b, "abort")
     assert not s.has_unfinished()
     assert s.block_manager.num_free_blocks == s.block_manager.num_blocks
+
+
+# -- sliding window: only the blocks a window reads count against the pool -------------------------------
+
+
+def test_a_window_lets_a_sequence_outgrow_the_pool() -> None:
+    s = make(num_blocks=3, block_size=4, window=6)  # 12 slots; without the window it ends at 12 tokens
+    a = seq(5)
+    s.add(a)
+    for _ in range(40):
+        out = s.schedule()
+        assert [i.seq for i in out.scheduled] == [a] and not out.finished
+        advance(out, s.block_manager)
+        s.block_manager.check_invariants(s.live_seqs)
+    assert a.num_tokens == 45 and s.num_preemptions == 0
+    assert s.block_manager.max_num_used_blocks == 3
+
+
+def test_a_prompt_longer_than_the_pool_is_prefilled_in_chunks_that_fit() -> None:
+    s = make(num_blocks=3, block_size=4, budget=64, window=6)
+    a = seq(30)
+    s.add(a)
+    sizes = []
+    while a.num_output_tokens == 0:
+        out = s.schedule()
+        sizes.append([i.num_new_tokens for i in out.scheduled])
+        advance(out, s.block_manager)
+        s.block_manager.check_invariants(s.live_seqs)
+    # each chunk reaches the end of the third block from the window's first key
+    assert sizes == [[12], [4], [4], [4], [4], [2]]
+    assert s.block_manager.max_num_used_blocks == 3
+
+
+def test_a_pool_narrower_than_the_window_ends_a_long_sequence() -> None:
+    s = make(num_blocks=3, block_size=4, window=10)  # 12 slots cannot span 10 keys plus a block
+    a = seq(13)
+    s.add(a)
+    out = s.schedule()
+    assert out.finished == [a] and a.finish_reason == "length"
+    s.block_manager.check_invariants([])
+
+
+def test_a_window_admits_sequences_full_attention_would_preempt() -> None:
+    for window, num_preemptions in ((None, 1), (6, 0)):
+        s = make(num_blocks=6, block_size=4, budget=64, window=window)
+        a, b = seq(8), seq(8)
+        s.add(a)
+        s.add(b)
+        for _ in range(6):
+            advance(s.schedule(), s.block_manager)
+            s.block_manager.check_invariants(s.live_seqs)
+        assert s.num_preemptions == num_preemptions
+
+
+def test_a_preempted_long_sequence_resumes_from_its_cached_window() -> None:
+    s = make(num_blocks=5, block_size=4, budget=64, window=6)  # 20 slots
+    a = seq(5)
+    s.add(a)
+    for _ in range(23):
+        advance(s.schedule(), s.block_manager)
+    b = seq(4, priority=-1)  # runs first: when both need a third block, a is the one preempted
+    s.add(b)
+    resumed_at = None
+    for _ in range(30):
+        was_waiting = a.status is SequenceStatus.WAITING
+        out = s.schedule()
+        if was_waiting and a.status is SequenceStatus.RUNNING:
+            resumed_at = (a.num_computed_tokens, a.num_freed_blocks)
+        advance(out, s.block_manager)
+        s.block_manager.check_invariants(s.live_seqs)
+    assert s.num_preemptions == 1
+    # back at 32 of 33 tokens from blocks 6 and 7 alone (keys from 27): the first six never came back
+    assert resumed_at == (32, 6)
+    assert a.num_tokens > 40 and b.num_tokens > 20

@@ -4,9 +4,11 @@
     python bench/engine_throughput.py --baseline hf-static8  # HF generate in static padded batches of 8
     python bench/engine_throughput.py --baseline hf-single   # HF generate one request at a time
     python bench/engine_throughput.py --num-requests 8 --dtype bfloat16
+    python bench/engine_throughput.py --model gemma3-270m [--baseline hf-static8]
 
 Workload: prompt lengths uniform in [32, 512], output lengths uniform in [16, 256] (seed 0), random
-non-special token ids, all submitted at once, ignore_eos so every length is exact.
+non-special token ids of the model's vocabulary (the same lengths for every model), all submitted at
+once, ignore_eos so every length is exact.
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.engine.config import EngineConfig
 from backends.engine.llm_engine import LLMEngine
-from backends.engine.loader import smollm2_gguf_path
+from backends.engine.loader import GEMMA3_NAME, SMOLLM2_NAME, gemma3_gguf_path, smollm2_gguf_path
 from backends.engine.sampling_params import SamplingParams
 
 NUM_SPECIAL_TOKENS = 17  # SmolLM2's control tokens come first in its vocab
+VOCAB = {SMOLLM2_NAME: (NUM_SPECIAL_TOKENS, 49152), GEMMA3_NAME: (256, 262144)}
+"""(first ordinary token id, vocabulary size): Gemma 3 keeps its control and unused tokens below 256."""
+GGUF_PATHS = {SMOLLM2_NAME: smollm2_gguf_path, GEMMA3_NAME: gemma3_gguf_path}
 
 
 @dataclass(frozen=True)
@@ -40,14 +45,19 @@ class Workload:
     output_lens: list[int]
 
     @classmethod
-    def build(cls, num_requests: int, seed: int, vocab_size: int = 49152) -> Workload:
+    def build(
+        cls, num_requests: int, seed: int, vocab: tuple[int, int] = (NUM_SPECIAL_TOKENS, 49152)
+    ) -> Workload:
+        """The same lengths for every model: ids are drawn in SmolLM2's range, then spread over
+        ``vocab`` (first ordinary id, size) by a fixed multiplicative hash when it differs."""
         rng = random.Random(seed)
         prompts, outs = [], []
         for _ in range(num_requests):
-            prompts.append(
-                [rng.randrange(NUM_SPECIAL_TOKENS, vocab_size) for _ in range(rng.randint(32, 512))]
-            )
+            prompts.append([rng.randrange(NUM_SPECIAL_TOKENS, 49152) for _ in range(rng.randint(32, 512))])
             outs.append(rng.randint(16, 256))
+        first, size = vocab
+        if vocab != (NUM_SPECIAL_TOKENS, 49152):
+            prompts = [[first + (t * 2654435761) % (size - first) for t in p] for p in prompts]
         return cls(prompts, outs)
 
 
@@ -85,6 +95,8 @@ def run_engine(args: argparse.Namespace, work: Workload) -> dict[str, object]:
         filled: dict[int, int] = {}
         for seq in engine.scheduler.running:
             for i, block_id in enumerate(seq.block_table):
+                if block_id < 0:  # freed: a sliding window passed it
+                    continue
                 used = min(bs, max(0, seq.num_computed_tokens - i * bs))
                 filled[block_id] = max(filled.get(block_id, 0), used)
         if len(filled) > peak_blocks:
@@ -99,7 +111,7 @@ def run_engine(args: argparse.Namespace, work: Workload) -> dict[str, object]:
     ]
     ttft = list(first.values())
     return {
-        "system": f"engine ({args.dtype})",
+        "system": f"engine {args.model} ({args.dtype})",
         "num_requests": len(work.prompts),
         "prompt_tokens": sum(map(len, work.prompts)),
         "output_tokens": num_out,
@@ -122,11 +134,11 @@ def run_hf(args: argparse.Namespace, work: Workload) -> dict[str, object]:
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
-    path = smollm2_gguf_path()
+    path = GGUF_PATHS[args.model]()
     dtype = getattr(torch, args.dtype)
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype).eval()
     batch_size = 8 if args.baseline == "hf-static8" else 1
-    pad_id = 2
+    pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 2
     start = time.perf_counter()
     ttft: list[float] = []
     for b in range(0, len(work.prompts), batch_size):
@@ -148,7 +160,7 @@ def run_hf(args: argparse.Namespace, work: Workload) -> dict[str, object]:
     wall_s = time.perf_counter() - start
     num_out = sum(work.output_lens)
     return {
-        "system": f"{args.baseline} ({args.dtype})",
+        "system": f"{args.baseline} {args.model} ({args.dtype})",
         "num_requests": len(work.prompts),
         "output_tokens": num_out,
         "wall_s": round(wall_s, 1),
@@ -162,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--model", default=SMOLLM2_NAME, choices=sorted(VOCAB))
     parser.add_argument("--num-requests", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
@@ -172,7 +184,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--kv-cache-mib", type=int, default=1024)
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args(argv)
-    work = Workload.build(args.num_requests, args.seed)
+    work = Workload.build(args.num_requests, args.seed, VOCAB[args.model])
     result = run_hf(args, work) if args.baseline else run_engine(args, work)
     print(json.dumps(result))
     return result

@@ -3,14 +3,19 @@
 Decode tokens go first, then each prefill chunk; K/V land in the paged cache through the slot mapping,
 and the LM head runs only on each sampling sequence's last token. With a sliding window, every query's
 keys start at most ``window - 1`` positions back: decodes get block tables cut to the window's blocks,
-prefill chunks a mask that is causal and windowed.
+prefill chunks a mask that is causal and windowed. A model that mixes sliding and full layers (Gemma 3)
+gets both views of the step: the full one, and a windowed one its sliding layers read (every layer's
+K/V still go to the same slots, so the full layers find all of them).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from backends.engine.layers.attention import AttentionMetadata, PrefillChunk
+from backends.engine.model_config import FULL, SLIDING
 from backends.engine.models.llama import LlamaAttention, LlamaForCausalLM
 from backends.engine.scheduler import ScheduledSeq
 
@@ -18,7 +23,8 @@ from backends.engine.scheduler import ScheduledSeq
 class ModelRunner:
     """Owns the model and its KV cache: ``num_blocks`` blocks of ``block_size`` slots per layer.
 
-    ``sliding_window``: every layer's attention window (None: full attention)."""
+    ``sliding_window``: the window of the sliding layers (None: full attention everywhere). Which
+    layers slide comes from ``model.config.layer_types``: all of them when it names none."""
 
     def __init__(
         self,
@@ -33,6 +39,11 @@ class ModelRunner:
         self.sliding_window = sliding_window
         self.num_blocks = num_blocks
         cfg = model.config
+        layer_types = set(cfg.layer_types or ())
+        self.has_full_layers = FULL in layer_types
+        """Some layer attends fully: the step's main view is unwindowed."""
+        self.is_mixed = sliding_window is not None and self.has_full_layers and SLIDING in layer_types
+        """Sliding and full layers together: the step also gets a windowed view."""
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         attn_layers = [m for m in model.modules() if isinstance(m, LlamaAttention)]
@@ -67,9 +78,8 @@ class ModelRunner:
         positions: list[int] = []
         slots: list[int] = []
         last_rows: dict[int, int] = {}
-        decode_tables: list[list[int]] = []
-        decode_lens: list[int] = []
-        prefill_specs: list[tuple[int, int, int, list[int]]] = []
+        decodes: list[tuple[list[int], int]] = []
+        prefills: list[_Prefill] = []
         for j, item in enumerate(batch):
             seq, n = item.seq, item.num_new_tokens
             start_pos, start_row = seq.num_computed_tokens, len(token_ids)
@@ -81,44 +91,56 @@ class ModelRunner:
             if item.is_last_chunk:
                 last_rows[j] = len(token_ids) - 1
             if _is_decode(item):
-                # a window cuts whole blocks that are out of reach; lens count from the first block kept
-                first = self._first_key(start_pos) // bs
-                decode_tables.append(table[first:] if first else table)
-                decode_lens.append(start_pos + 1 - first * bs)
-            else:
-                prefill_specs.append((start_row, start_row + n, start_pos, table))
-        to = self.device
-        meta = AttentionMetadata(
-            slot_mapping=torch.tensor(slots, dtype=torch.long, device=to),
-            block_size=self.block_size,
-            sliding_window=self.sliding_window,
-        )
-        if decode_lens:
-            meta.num_decode_tokens = len(decode_lens)
-            meta.decode_blocks = self._decode_blocks(decode_tables, decode_lens)
-            meta.decode_lens = torch.tensor(decode_lens, dtype=torch.int32, device=to)
-        window = self.sliding_window
-        for start, end, num_context, table in prefill_specs:
-            chunk = PrefillChunk(start, end, num_context, None)
-            total = num_context + (end - start)
-            if num_context:  # later chunk or prefix hit: keys from the window's first, through the table
-                first_key = self._first_key(num_context)
-                chunk.context_slots = self._slots_of(table, total)[first_key:]
-                chunk.mask = _causal_mask(num_context, total, first_key, window, to)
-            elif window is not None and total > window:  # a fresh chunk longer than the window
-                chunk.mask = _causal_mask(0, total, 0, window, to)
-            meta.prefills.append(chunk)
+                decodes.append((table, start_pos + 1))
+            else:  # later chunks and prefix hits read their context through the table
+                context = self._slots_of(table, start_pos + n) if start_pos else None
+                prefills.append(_Prefill(start_row, start_row + n, start_pos, context))
+        slot_mapping = torch.tensor(slots, dtype=torch.long, device=self.device)
+        if self.is_mixed:
+            meta = self._view(slot_mapping, decodes, prefills, None)
+            meta.sliding_view = self._view(slot_mapping, decodes, prefills, self.sliding_window)
+        else:
+            window = None if self.has_full_layers else self.sliding_window
+            meta = self._view(slot_mapping, decodes, prefills, window)
         return (
-            torch.tensor(token_ids, dtype=torch.long, device=to),
-            torch.tensor(positions, dtype=torch.long, device=to),
+            torch.tensor(token_ids, dtype=torch.long, device=self.device),
+            torch.tensor(positions, dtype=torch.long, device=self.device),
             meta,
             last_rows,
         )
 
-    def _first_key(self, position: int) -> int:
-        """The first key position a query at ``position`` may attend to."""
-        window = self.sliding_window
-        return 0 if window is None else max(0, position - window + 1)
+    def _view(
+        self,
+        slot_mapping: torch.Tensor,
+        decodes: list[tuple[list[int], int]],
+        prefills: list[_Prefill],
+        window: int | None,
+    ) -> AttentionMetadata:
+        """The step as layers with ``window`` (None: full attention) see it."""
+        bs, to = self.block_size, self.device
+        meta = AttentionMetadata(slot_mapping=slot_mapping, block_size=bs, sliding_window=window)
+        if decodes:
+            tables: list[list[int]] = []
+            lens: list[int] = []
+            for table, num_tokens in decodes:
+                # a window cuts whole blocks that are out of reach; lens count from the first block kept
+                first = _first_key(num_tokens - 1, window) // bs
+                tables.append(table[first:] if first else table)
+                lens.append(num_tokens - first * bs)
+            meta.num_decode_tokens = len(lens)
+            meta.decode_blocks = self._decode_blocks(tables, lens)
+            meta.decode_lens = torch.tensor(lens, dtype=torch.int32, device=to)
+        for p in prefills:
+            chunk = PrefillChunk(p.start, p.end, p.num_context, None)
+            total = p.num_context + (p.end - p.start)
+            if p.context_slots is not None:  # keys from the window's first, through the table
+                first_key = _first_key(p.num_context, window)
+                chunk.context_slots = p.context_slots[first_key:]
+                chunk.mask = _causal_mask(p.num_context, total, first_key, window, to)
+            elif window is not None and total > window:  # a fresh chunk longer than the window
+                chunk.mask = _causal_mask(0, total, 0, window, to)
+            meta.prefills.append(chunk)
+        return meta
 
     def _slots_of(self, table: list[int], num_tokens: int) -> torch.Tensor:
         blocks = torch.tensor(
@@ -133,6 +155,22 @@ class ModelRunner:
         max_blocks = -(-max(lens) // self.block_size)
         padded = [t[:max_blocks] + [t[0]] * (max_blocks - min(len(t), max_blocks)) for t in tables]
         return torch.tensor(padded, dtype=torch.long, device=self.device)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prefill:
+    """One prefill chunk's rows ``[start, end)`` of the flat batch, and the slots of all its keys (context
+    and chunk) when it has context."""
+
+    start: int
+    end: int
+    num_context: int
+    context_slots: torch.Tensor | None
+
+
+def _first_key(position: int, window: int | None) -> int:
+    """The first key position a query at ``position`` may attend to."""
+    return 0 if window is None else max(0, position - window + 1)
 
 
 def _causal_mask(

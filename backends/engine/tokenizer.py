@@ -13,7 +13,14 @@ from backends.engine.errors import ModelLoadError
 
 
 class Tokenizer:
-    """A ``tokenizers.Tokenizer`` plus the special ids and chat template of one model."""
+    """A ``tokenizers.Tokenizer`` plus the special ids and chat template of one model.
+
+    ``chat_stop_token_ids``: tokens besides eos that close a chat reply, such as Gemma's
+    ``<end_of_turn>``. A base model ends a completion only at eos (as transformers' generate does for
+    a GGUF), but a chat reply ends where the template closes the model's turn, so a chat request
+    stops on these as well by carrying them in its ``stop_token_ids``. vLLM stops every request on all
+    of a model's generation_config eos ids instead; a GGUF names only one.
+    """
 
     def __init__(
         self,
@@ -23,12 +30,14 @@ class Tokenizer:
         bos_token_id: int | None = None,
         chat_template: str | None = None,
         add_bos_token: bool = False,
+        chat_stop_token_ids: tuple[int, ...] = (),
     ) -> None:
         self.backend = backend
         self.eos_token_id = eos_token_id
         self.bos_token_id = bos_token_id
         self.chat_template = chat_template
         self.add_bos_token = add_bos_token
+        self.chat_stop_token_ids = chat_stop_token_ids
         self.vocab_size = backend.get_vocab_size()
         self._token_cache: dict[int, str] = {}
 

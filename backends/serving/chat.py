@@ -63,6 +63,10 @@ async def create_chat_completion(
     body = decode_request(await request.body(), ChatCompletionRequest)
     served, engine = state.require_engine(body.model)
     params = chat_params(body)
+    # a turn ends at the template's end-of-turn token too (Gemma's <end_of_turn>), as vLLM stops on
+    # every eos id of generation_config; a base model's file names only <eos>
+    end_of_turn = getattr(engine.engine.tokenizer, "chat_stop_token_ids", ())
+    params.stop_token_ids = [*params.stop_token_ids, *end_of_turn]
     prompt_ids = await chat_prompt_ids(
         engine.engine.tokenizer,
         [_as_template_role(m) for m in body.messages],

@@ -1,4 +1,4 @@
-"""SwiGLU on a merged gate/up projection."""
+"""Gated MLP activations on a merged gate/up projection: SwiGLU (Llama family) and GeGLU (Gemma)."""
 
 from __future__ import annotations
 
@@ -11,3 +11,20 @@ class SiluAndMul(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
+
+
+class GeluTanhAndMul(nn.Module):
+    """GELU with the tanh approximation, torch's kernel, as transformers' ``gelu_pytorch_tanh``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = x.chunk(2, dim=-1)
+        return F.gelu(gate, approximate="tanh") * up
+
+
+def gated_activation(name: str) -> nn.Module:
+    """The module for a ``ModelConfig.hidden_act``."""
+    if name == "silu":
+        return SiluAndMul()
+    if name == "gelu_pytorch_tanh":
+        return GeluTanhAndMul()
+    raise ValueError(f"unsupported activation {name!r}")

@@ -1,7 +1,9 @@
 """Paged attention: K/V are written to and read from the block pool through slot indices.
 
 ``AttentionMetadata`` is built once per step by the model runner and shared by every layer. The token
-batch is flat: the decode tokens (one per sequence) come first, then each prefill chunk. The backend is
+batch is flat: the decode tokens (one per sequence) come first, then each prefill chunk. A model that
+mixes sliding and full layers (Gemma 3) gets a second, windowed view of the same step for its sliding
+layers (``sliding_view``); each layer reads the view it needs through ``view()``. The backend is
 an object so a CUDA kernel (FlashAttention / FlashInfer with block tables) can replace ``TorchPagedAttention``
 without touching the model.
 """
@@ -46,9 +48,18 @@ class AttentionMetadata:
     """int32 [num_decodes] context length of each decode sequence, its new token included (counted from
     its first block in ``decode_blocks``, which a sliding window may start past the sequence's first)."""
     sliding_window: int | None = None
-    """Every layer's window: a query at position p sees keys in (p - window, p]; None: full attention."""
+    """This view's window: a query at position p sees keys in (p - window, p]; None: full attention."""
     prefills: list[PrefillChunk] = field(default_factory=list)
+    sliding_view: AttentionMetadata | None = None
+    """The windowed view of this step for sliding layers when the model also has full layers (this one
+    is then the full view); None: every layer reads this one."""
     _decode_mask: torch.Tensor | None = None
+
+    def view(self, is_sliding: bool) -> AttentionMetadata:
+        """What a layer reads: the windowed view if it slides and the step has one, else this one."""
+        if is_sliding and self.sliding_view is not None:
+            return self.sliding_view
+        return self
 
     def decode_mask(self) -> torch.Tensor:
         """[num_decodes, 1, 1, max_blocks * block_size] bool, True on real positions inside the window

@@ -1,7 +1,9 @@
-"""Load a llama.cpp GGUF file: metadata -> ModelConfig, vocab/merges -> tokenizer, tensors dequantised.
+"""Load a llama.cpp GGUF file: metadata -> ModelConfig, tokenizer, tensors dequantised to HF names.
 
-llama.cpp stores q and k rows permuted for its interleaved RoPE; ``unpermute_qk`` restores the
-Hugging Face (rotate-half) order.
+Architectures: ``llama`` (SmolLM2...), ``qwen2`` and ``gemma3``. llama.cpp stores a llama's q and k rows
+permuted for its interleaved RoPE; ``unpermute_qk`` restores the Hugging Face (rotate-half) order. Its
+Gemma converter permutes nothing but stores every norm weight plus one (llama.cpp multiplies by the
+weight as is; Gemma's checkpoints and transformers keep it zero-centred), so one is taken off again.
 """
 
 from __future__ import annotations
@@ -13,21 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tokenizers
 import torch
-from gguf import GGUFReader
-from gguf.quants import dequantize
-from tokenizers import decoders, models, pre_tokenizers, processors
 
 from backends.engine.errors import ModelLoadError
 from backends.engine.loader import LoadedModel
-from backends.engine.model_config import ModelConfig
-from backends.engine.tokenizer import Tokenizer
+from backends.engine.loader.gguf_file import GGUFFile, read_gguf
+from backends.engine.loader.gguf_tokenizer import gguf_tokenizer
+from backends.engine.model_config import ModelConfig, gemma3_layer_types
 
 log = logging.getLogger(__name__)
 
-TOKEN_TYPE_CONTROL = 3
-TOKEN_TYPE_USER_DEFINED = 4
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
+GEMMA3_LOCAL_ROPE_THETA = 10_000.0
+"""Gemma 3's sliding layers' RoPE base: transformers' default, which the GGUF does not store."""
+GEMMA3_SLIDING_PATTERN = 6
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
@@ -40,6 +41,14 @@ _LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+_GEMMA3_LAYER_NAMES = {
+    **_LAYER_NAMES,
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "post_attention_norm": "post_attention_layernorm",
+    "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+}
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
@@ -49,13 +58,15 @@ _BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 
 
 def load_gguf(path: str | Path, *, served_name: str) -> LoadedModel:
-    reader = GGUFReader(str(path))
-    meta = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+    gguf = read_gguf(path)
+    meta = gguf.metadata
     arch = meta.get("general.architecture")
-    if arch not in ("llama", "qwen2"):
-        raise ModelLoadError(f"{path}: unsupported GGUF architecture {arch!r}")
-    cfg = _model_config(meta, arch, reader)
-    return LoadedModel(cfg, _tokenizer(meta), _iter_tensors(reader, cfg), served_name)
+    if arch not in ARCHITECTURES:
+        raise ModelLoadError(
+            f"{path}: unsupported GGUF architecture {arch!r}; supported: {sorted(ARCHITECTURES)}"
+        )
+    cfg = _model_config(meta, arch, gguf)
+    return LoadedModel(cfg, gguf_tokenizer(meta), _iter_tensors(gguf, cfg), served_name)
 
 
 def unpermute_qk(w: np.ndarray, num_heads: int) -> np.ndarray:
@@ -66,84 +77,65 @@ def unpermute_qk(w: np.ndarray, num_heads: int) -> np.ndarray:
     return w.reshape(num_heads, head_dim // 2, 2, *rest).swapaxes(1, 2).reshape(rows, *rest)
 
 
-def _model_config(meta: dict[str, Any], arch: str, reader: GGUFReader) -> ModelConfig:
-    names = {t.name for t in reader.tensors}
+def _model_config(meta: dict[str, Any], arch: str, gguf: GGUFFile) -> ModelConfig:
+    names = {t.name for t in gguf.tensors}
     num_heads = int(meta[f"{arch}.attention.head_count"])
     hidden = int(meta[f"{arch}.embedding_length"])
+    num_layers = int(meta[f"{arch}.block_count"])
     vocab = meta.get(f"{arch}.vocab_size") or len(meta["tokenizer.ggml.tokens"])
     head_dim = int(meta.get(f"{arch}.attention.key_length") or hidden // num_heads)
     rope_scaling = None
     if meta.get(f"{arch}.rope.scaling.type") == "linear":
         rope_scaling = {"rope_type": "linear", "factor": float(meta[f"{arch}.rope.scaling.factor"])}
+    common: dict[str, Any] = {
+        "vocab_size": int(vocab),
+        "hidden_size": hidden,
+        "intermediate_size": int(meta[f"{arch}.feed_forward_length"]),
+        "num_layers": num_layers,
+        "num_heads": num_heads,
+        "num_kv_heads": int(meta.get(f"{arch}.attention.head_count_kv") or num_heads),
+        "head_dim": head_dim,
+        "rms_norm_eps": float(meta.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+        "rope_theta": float(meta.get(f"{arch}.rope.freq_base", 10000.0)),
+        "rope_scaling": rope_scaling,
+        "max_position_embeddings": int(meta.get(f"{arch}.context_length", 2048)),
+        "tie_word_embeddings": "output.weight" not in names,
+        "architecture": ARCHITECTURES[arch],
+    }
+    if arch != "gemma3":
+        return ModelConfig(**common, attention_bias=arch == "qwen2")
+    window = meta.get("gemma3.attention.sliding_window")
     return ModelConfig(
-        vocab_size=int(vocab),
-        hidden_size=hidden,
-        intermediate_size=int(meta[f"{arch}.feed_forward_length"]),
-        num_layers=int(meta[f"{arch}.block_count"]),
-        num_heads=num_heads,
-        num_kv_heads=int(meta.get(f"{arch}.attention.head_count_kv") or num_heads),
-        head_dim=head_dim,
-        rms_norm_eps=float(meta.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_theta=float(meta.get(f"{arch}.rope.freq_base", 10000.0)),
-        rope_scaling=rope_scaling,
-        max_position_embeddings=int(meta.get(f"{arch}.context_length", 2048)),
-        tie_word_embeddings="output.weight" not in names,
-        attention_bias=arch == "qwen2",
-        architecture="Qwen2ForCausalLM" if arch == "qwen2" else "LlamaForCausalLM",
+        **common,
+        sliding_window=None if window is None else int(window),
+        layer_types=None if window is None else tuple(gemma3_layer_types(num_layers, GEMMA3_SLIDING_PATTERN)),
+        hidden_act="gelu_pytorch_tanh",
+        rope_local_theta=GEMMA3_LOCAL_ROPE_THETA,
+        # transformers' Gemma3TextConfig default; the GGUF stores none (it equals head_dim on 270M)
+        query_pre_attn_scalar=float(meta.get("gemma3.attention.query_pre_attn_scalar", 256)),
+        final_logit_softcapping=meta.get("gemma3.final_logit_softcapping"),
     )
 
 
-def _iter_tensors(reader: GGUFReader, cfg: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
-    for t in reader.tensors:
+def _iter_tensors(gguf: GGUFFile, cfg: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
+    is_gemma = cfg.architecture == "Gemma3ForCausalLM"
+    layer_names = _GEMMA3_LAYER_NAMES if is_gemma else _LAYER_NAMES
+    for t in gguf.tensors:
         if t.name == "rope_freqs.weight":  # llama3 scaling factors, recomputed from the config instead
             continue
         if t.name in _GLOBAL_NAMES:
             name = _GLOBAL_NAMES[t.name]
         else:
             m = _BLOCK.fullmatch(t.name)
-            if m is None or m.group(2) not in _LAYER_NAMES:
+            if m is None or m.group(2) not in layer_names:
                 raise ModelLoadError(f"unexpected GGUF tensor {t.name!r}")
-            name = f"model.layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}.{m.group(3)}"
-        w = dequantize(t.data, t.tensor_type).reshape([int(d) for d in reversed(t.shape)])
+            name = f"model.layers.{m.group(1)}.{layer_names[m.group(2)]}.{m.group(3)}"
+        w = t.dequantize()
         if cfg.architecture == "LlamaForCausalLM":
             if name.endswith("q_proj.weight") or name.endswith("q_proj.bias"):
                 w = unpermute_qk(w, cfg.num_heads)
             elif name.endswith("k_proj.weight") or name.endswith("k_proj.bias"):
                 w = unpermute_qk(w, cfg.num_kv_heads)
+        elif is_gemma and name.endswith("norm.weight"):
+            w -= 1.0
         yield name, torch.from_numpy(np.require(w, dtype=np.float32, requirements=["C", "W"]))
-
-
-def _tokenizer(meta: dict[str, Any]) -> Tokenizer:
-    if meta.get("tokenizer.ggml.model") != "gpt2":
-        raise ModelLoadError(
-            f"unsupported GGUF tokenizer {meta.get('tokenizer.ggml.model')!r} (need gpt2 BPE)"
-        )
-    tokens: list[str] = meta["tokenizer.ggml.tokens"]
-    merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
-    vocab = {tok: i for i, tok in enumerate(tokens)}
-    backend = tokenizers.Tokenizer(models.BPE(vocab, merges, fuse_unk=False, byte_fallback=False))
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if meta.get("tokenizer.ggml.pre") in ("smollm", "starcoder"):
-        # these pre-tokenizers split digits one by one before the GPT-2 regex
-        backend.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Digits(individual_digits=True), byte_level]
-        )
-    else:
-        backend.pre_tokenizer = byte_level
-    backend.decoder = decoders.ByteLevel()
-    backend.post_processor = processors.ByteLevel(trim_offsets=False)
-    types = meta.get("tokenizer.ggml.token_type") or []
-    special = [
-        tokenizers.AddedToken(tokens[i], special=True, normalized=False)
-        for i, kind in enumerate(types)
-        if kind in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED)
-    ]
-    backend.add_special_tokens(special)
-    bos = meta.get("tokenizer.ggml.bos_token_id")
-    return Tokenizer(
-        backend,
-        eos_token_id=int(meta["tokenizer.ggml.eos_token_id"]),
-        bos_token_id=None if bos is None else int(bos),
-        chat_template=meta.get("tokenizer.chat_template"),
-        add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
-    )

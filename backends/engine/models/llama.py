@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from backends.engine.layers.activation import SiluAndMul
+from backends.engine.layers.activation import gated_activation
 from backends.engine.layers.attention import AttentionBackend, AttentionMetadata, default_backend
 from backends.engine.layers.linear import MergedLinear
 from backends.engine.layers.norm import RMSNorm
@@ -20,7 +20,16 @@ from backends.engine.model_config import ModelConfig
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, backend: AttentionBackend) -> None:
+    """``is_sliding``: this layer reads the step's windowed view (``AttentionMetadata.view``)."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        rotary: RotaryEmbedding,
+        backend: AttentionBackend,
+        *,
+        is_sliding: bool = False,
+    ) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.q_size = cfg.num_heads * cfg.head_dim
@@ -31,7 +40,8 @@ class LlamaAttention(nn.Module):
         self.o_proj = MergedLinear(self.q_size, [cfg.hidden_size])
         self.rotary = rotary
         self.backend = backend
-        self.scale = cfg.head_dim**-0.5
+        self.is_sliding = is_sliding
+        self.scale = (cfg.query_pre_attn_scalar or cfg.head_dim) ** -0.5
         self.k_cache = torch.empty(0)  # bound by the model runner to [num_slots, kv_heads, head_dim]
         self.v_cache = torch.empty(0)
 
@@ -42,7 +52,14 @@ class LlamaAttention(nn.Module):
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         q, k = self.rotary(positions, q, k)
-        o = self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
+        return self.attend(q, k, v, meta)
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
+        """Paged attention over this layer's view of the step, then the output projection."""
+        view = meta.view(self.is_sliding)
+        o = self.backend.forward(q, k, v, self.k_cache, self.v_cache, view, self.scale)
         return self.o_proj(o.reshape(-1, self.q_size))
 
 
@@ -52,16 +69,23 @@ class LlamaMLP(nn.Module):
         size = cfg.intermediate_size
         self.gate_up_proj = MergedLinear(cfg.hidden_size, [size, size], bias=cfg.mlp_bias)
         self.down_proj = MergedLinear(size, [cfg.hidden_size], bias=cfg.mlp_bias)
-        self.act = SiluAndMul()
+        self.act = gated_activation(cfg.hidden_act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act(self.gate_up_proj(x)))
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, backend: AttentionBackend) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        rotary: RotaryEmbedding,
+        backend: AttentionBackend,
+        *,
+        is_sliding: bool = False,
+    ) -> None:
         super().__init__()
-        self.self_attn = LlamaAttention(cfg, rotary, backend)
+        self.self_attn = LlamaAttention(cfg, rotary, backend, is_sliding=is_sliding)
         self.mlp = LlamaMLP(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -72,7 +96,11 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    """forward() gives hidden states of every token; compute_logits() only for the rows asked."""
+    """forward() gives hidden states of every token; compute_logits() only for the rows asked.
+
+    Other decoders of the same shape (Gemma 3) subclass it and override ``build_layers`` and
+    ``build_norm``, keeping the weight loading, prepacking and LM head.
+    """
 
     # checkpoint name fragment -> (merged module name fragment, shard index)
     STACKED = {
@@ -91,16 +119,25 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.config = cfg
         backend = backend or default_backend()
-        rotary = RotaryEmbedding(
-            cfg.head_dim, max_position or cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling
-        )
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.embed_tokens.weight.requires_grad_(False)
-        self.layers = nn.ModuleList([LlamaDecoderLayer(cfg, rotary, backend) for _ in range(cfg.num_layers)])
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.layers = nn.ModuleList(
+            self.build_layers(cfg, backend, max_position or cfg.max_position_embeddings)
+        )
+        self.norm = self.build_norm(cfg)
         self.lm_head = MergedLinear(cfg.hidden_size, [cfg.vocab_size])
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight  # type: ignore[assignment]
+
+    def build_layers(self, cfg: ModelConfig, backend: AttentionBackend, max_position: int) -> list[nn.Module]:
+        rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope_theta, cfg.rope_scaling)
+        return [
+            LlamaDecoderLayer(cfg, rotary, backend, is_sliding=cfg.is_sliding(i))
+            for i in range(cfg.num_layers)
+        ]
+
+    def build_norm(self, cfg: ModelConfig) -> nn.Module:
+        return RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata

@@ -1,5 +1,6 @@
-"""ModelConfig: HF config.json parsing; sliding windows served on every layer, and the refusal of the
-windows the engine cannot honour (a Llama's, which transformers ignores, and per-layer mixes)."""
+"""ModelConfig: HF config.json parsing; sliding windows served on every layer or on some (Qwen2 past
+max_window_layers), and the refusal of the windows transformers itself reads ambiguously (a Llama's,
+which it ignores, and a Mistral's layer_types naming full layers, which it overrides)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,13 @@ from backends.engine.errors import ModelLoadError
 from backends.engine.llm_engine import LLMEngine
 from backends.engine.model_config import ModelConfig
 from backends.engine.sampling_params import SamplingParams
+from tests.backends.engine.conftest import EngineFactory
+from tests.backends.engine.test_engine_vs_hf import assert_matches_hf, random_prompts
 
 LLAMA_REFUSAL = r"sliding_window=64 in config.json of a LlamaForCausalLM: transformers' Llama ignores"
-MIXED_REFUSAL = r"sliding_window=64 in config.json but layer_types names full_attention layers"
+MISTRAL_FULL_REFUSAL = (
+    r"sliding_window=64 in config.json of a MistralForCausalLM whose layer_types names full_attention layers"
+)
 MISTRAL = {"architectures": ["MistralForCausalLM"], "model_type": "mistral"}
 GREEDY = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
 
@@ -79,7 +84,7 @@ def test_a_llama_window_is_refused(load: Any) -> None:
     ids=["mixed", "full"],  # transformers' Mistral would slide both anyway: ambiguous, refused
 )
 def test_a_mistral_window_with_full_layers_is_refused(load: Any, layer_types: list[str]) -> None:
-    with pytest.raises(ModelLoadError, match=MIXED_REFUSAL + r".*set max_model_len <= 64"):
+    with pytest.raises(ModelLoadError, match=MISTRAL_FULL_REFUSAL + r".*set max_model_len <= 64"):
         load(sliding_window=64, layer_types=layer_types, **MISTRAL)
     assert load(max_model_len=64, sliding_window=64, layer_types=layer_types, **MISTRAL).max_model_len == 64
 
@@ -123,7 +128,7 @@ def test_qwen2_slides_only_when_enabled_and_past_max_window_layers(tiny_dirs: di
     assert window(**{**on, "layer_types": ["full_attention", "sliding_attention"]}) == 64
 
 
-def test_qwen2_serves_a_window_only_on_every_layer(tiny_dirs: dict[str, Path]) -> None:
+def test_qwen2_serves_mixed_layers(tiny_dirs: dict[str, Path]) -> None:
     def config(max_window_layers: int) -> ModelConfig:
         """The tiny Qwen2 sliding from layer ``max_window_layers`` on (layer_types left to be implied)."""
         cfg = hf_config(tiny_dirs, "qwen2", sliding_window=64, use_sliding_window=True)
@@ -133,5 +138,18 @@ def test_qwen2_serves_a_window_only_on_every_layer(tiny_dirs: dict[str, Path]) -
     every = config(max_window_layers=0)
     every.check_servable(1024)
     assert every.attention_window(1024) == 64
-    with pytest.raises(ModelLoadError, match=MIXED_REFUSAL):
-        config(max_window_layers=1).check_servable(1024)  # layer 0 full, layer 1 sliding
+    assert [every.is_sliding(i) for i in range(2)] == [True, True]
+    mixed = config(max_window_layers=1)  # layer 0 full, layer 1 sliding
+    mixed.check_servable(1024)
+    assert mixed.attention_window(1024) == 64
+    assert [mixed.is_sliding(i) for i in range(2)] == [False, True]
+
+
+def test_qwen2_mixed_layers_match_hf(make_engine: EngineFactory, hf_models: dict[str, Any]) -> None:
+    engine = make_engine("qwen2_mixed_window8", max_num_batched_tokens=13)
+    assert engine.runner.is_mixed
+    prompts = random_prompts(3, 30, 60, seed=30)
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, logprobs=0)
+    assert_matches_hf(
+        hf_models["qwen2_mixed_window8"], prompts, engine.generate(prompts, params), max_tokens=12
+    )

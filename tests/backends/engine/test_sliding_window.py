@@ -76,7 +76,9 @@ def test_chunked_prefill_matches_hf(
 def test_preemption_matches_hf(variant: str, make_engine: EngineFactory, hf_models: dict[str, Any]) -> None:
     kv_heads = hf_models[variant].config.num_key_value_heads
     block_bytes = 2 * 2 * kv_heads * 16 * 4 * 16  # layers x K,V x kv heads x head_dim x fp32 x tokens
-    engine = make_engine(variant, kv_cache_bytes=12 * block_bytes)
+    # every block kept, so four sequences outgrow 12 blocks (freeing what the window passed, they would
+    # fit: preemption with freeing is tested in test_sliding_window_memory.py)
+    engine = make_engine(variant, kv_cache_bytes=12 * block_bytes, free_window_blocks=False)
     prompts = random_prompts(4, 35, 45, seed=14)
     outputs = engine.generate(prompts, LONG)
     assert engine.stats().num_preemptions > 0

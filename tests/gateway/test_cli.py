@@ -19,6 +19,7 @@ from gateway.cli import (
     LOG_FORMAT,
     dev_settings,
     engine_command,
+    local_engine,
     logging_config,
     main,
 )
@@ -120,12 +121,21 @@ def test_logging_config_gives_uvicorn_the_gateway_format_and_the_access_log_its_
 
 def test_the_engine_runs_without_progress_bars(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
-    command, env = engine_command(Settings(log_level="warning"), "smollm2-135m", "127.0.0.1", 8100)
+    command, env = engine_command(Settings(log_level="warning"), ["smollm2-135m"], "127.0.0.1", 8100)
     assert command[1:7] == ["-m", "backends.server", "--model", "smollm2-135m", "--host", "127.0.0.1"]
     assert command[-4:] == ["--port", "8100", "--log-level", "warning"]
     assert env["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
     monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")  # the user's choice stands
-    assert engine_command(Settings(), "m", "h", 1)[1]["HF_HUB_DISABLE_PROGRESS_BARS"] == "0"
+    assert engine_command(Settings(), ["m"], "h", 1)[1]["HF_HUB_DISABLE_PROGRESS_BARS"] == "0"
+
+
+def test_the_local_engine_serves_every_model_the_policy_names_there() -> None:
+    settings = Settings(policy_path="policies/default.yaml", policy_overlay="no-such-overlay.yaml")
+    target, models = local_engine(settings)
+    assert target == ("127.0.0.1", 8100)
+    assert models == ["smollm2-135m", "gemma3-270m"]  # once each; the embedder serves all-minilm-l6-v2
+    command, _ = engine_command(Settings(), models, *target)
+    assert command[3:7] == ["--model", "smollm2-135m", "--model", "gemma3-270m"]
 
 
 def _start_until_banner(args: list[str], cwd: Path) -> tuple[subprocess.Popen[str], list[str]]:

@@ -93,7 +93,7 @@ def test_overlay_merges_on_top(tmp_path: Path) -> None:
 
 def test_policy_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["policy", "check", str(REPO / "policies" / "default.yaml")]) == 0
-    assert "ok (4 pools" in capsys.readouterr().out
+    assert "ok (5 pools" in capsys.readouterr().out
     bad = _write(tmp_path, "pools:\n  large:\n    replicas:\n      - {base_url: 'nope', model: m}\n")
     assert cli_main(["policy", "check", str(bad)]) == 1
     assert "pools.large.replicas[0].base_url: expected an http(s) URL" in capsys.readouterr().err

@@ -26,6 +26,8 @@ class FakeTokenizer:
     eos_token_id = EOS_ID
     bos_token_id = None
     vocab_size = 257
+    chat_stop_token_ids = (255,)
+    """Byte 255 never occurs in UTF-8 text: it stands for an end-of-turn token (Gemma's <end_of_turn>)."""
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return list(text.encode())

@@ -188,7 +188,11 @@ def test_chat_sampling_fields_reach_the_engine(base_url: str, fake: FakeAsyncEng
     assert (params.max_tokens, params.temperature, params.top_p, params.seed) == (5, 0.5, 0.9, 7)
     assert (params.stop, params.presence_penalty, params.frequency_penalty) == (["zz"], 0.1, 0.2)
     assert (params.top_k, params.min_p, params.repetition_penalty) == (5, 0.05, 1.1)
-    assert (params.stop_token_ids, params.ignore_eos, params.logprobs) == ([3], True, None)
+    assert (params.stop_token_ids, params.ignore_eos, params.logprobs) == (
+        [3, 255],
+        True,
+        None,
+    )  # 255: the end-of-turn token, added to every chat request
     assert (call["cache_salt"], call["priority"]) == ("tenant-a", 2)
     assert bytes(call["prompt"]).decode().startswith("<|im_start|>system\nBe brief")
 
@@ -522,3 +526,17 @@ def test_health_ready_metrics(base_url: str, client: openai.OpenAI) -> None:
     assert samples["vllm:time_to_first_token_seconds_count"].value > 0
     assert samples["vllm:e2e_request_latency_seconds_count"].value > 0
     assert samples["vllm:time_per_output_token_seconds_count"].value > 0
+
+
+def test_chat_requests_stop_at_the_end_of_turn_token_completions_do_not(
+    client: openai.OpenAI, fake: FakeAsyncEngine
+) -> None:
+    client.chat.completions.create(
+        model="tiny-fake",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=2,
+        extra_body={"stop_token_ids": [7]},
+    )
+    assert fake.calls[-1]["params"].stop_token_ids == [7, 255]
+    client.completions.create(model="tiny-fake", prompt="Once", max_tokens=2)
+    assert fake.calls[-1]["params"].stop_token_ids == []

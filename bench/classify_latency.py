@@ -1,10 +1,12 @@
 """Tier classification latency on CPU: p50 / p99 per classifier for prompts of ~10, 100 and 1k tokens.
 
-    python bench/classify_latency.py [--iterations 2000] [--json]
+    python bench/classify_latency.py [--iterations 2000] [--json] [--model OTHER.bin ...]
 
 Each sample is one ``classify()`` call on a chat request, as the gateway makes it (input view,
-featurisation, model). Token counts are cl100k-style estimates (~4 characters a token) of English
-prose mixed with some code. The issue's bar: p99 under 1 ms for prompts up to 1k tokens.
+featurisation, model). The classifiers take turns call by call, so on a shared machine they all
+see the same load and can be compared within a run (``--model`` adds another learned model file).
+Token counts are cl100k-style estimates (~4 characters a token) of English prose mixed with some
+code. The goal: p99 under 1 ms for prompts up to 1k tokens.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import json
 import platform
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -44,7 +47,7 @@ def make_prompt(num_tokens: int) -> str:
     return text[: num_tokens * 4]
 
 
-def classifiers() -> dict[str, object]:
+def classifiers(extra_models: list[str] | None = None) -> dict[str, object]:
     rules = RulesConfig(
         rules=[
             Rule(pool="large", min_prompt_tokens=2000),
@@ -65,30 +68,39 @@ def classifiers() -> dict[str, object]:
             * 10,
         }
     )
-    return {
+    built: dict[str, object] = {
         "rules": build_classifier(rules, pools=None),
         "learned": build_classifier(LearnedConfig(), pools=None),
         "examples (90 examples)": build_classifier(examples, pools=None),
     }
+    for path in extra_models or []:
+        built[f"learned {Path(path).name}"] = build_classifier(LearnedConfig(path=path), pools=None)
+    return built
 
 
-def measure(classifier: object, request: ClassifyInput, iterations: int) -> dict[str, float]:
-    """Wall-clock p50/p99, and p99 of the thread's CPU time (which a preempting neighbour on a busy
-    machine cannot inflate: when the two p99s differ a lot, the wall figure measured the box)."""
-    classify = classifier.classify  # type: ignore[attr-defined]
+def measure(named: dict[str, object], request: ClassifyInput, iterations: int) -> dict[str, dict[str, float]]:
+    """Per classifier: wall-clock p50/p99, and p99 of the thread's CPU time (which a preempting
+    neighbour on a busy machine cannot inflate: when the two p99s differ a lot, the wall figure
+    measured the box). Calls take turns across classifiers, so all of them see the same load."""
+    calls = {name: c.classify for name, c in named.items()}  # type: ignore[attr-defined]
     for _ in range(min(200, iterations)):
-        classify(request)
-    wall = np.empty(iterations)
-    cpu = np.empty(iterations)
+        for classify in calls.values():
+            classify(request)
+    wall = {name: np.empty(iterations) for name in calls}
+    cpu = {name: np.empty(iterations) for name in calls}
     for i in range(iterations):
-        started, started_cpu = time.perf_counter(), time.thread_time()
-        classify(request)
-        wall[i] = time.perf_counter() - started
-        cpu[i] = time.thread_time() - started_cpu
+        for name, classify in calls.items():
+            started, started_cpu = time.perf_counter(), time.thread_time()
+            classify(request)
+            wall[name][i] = time.perf_counter() - started
+            cpu[name][i] = time.thread_time() - started_cpu
     return {
-        "p50_ms": round(float(np.percentile(wall, 50) * 1e3), 3),
-        "p99_ms": round(float(np.percentile(wall, 99) * 1e3), 3),
-        "cpu_p99_ms": round(float(np.percentile(cpu, 99) * 1e3), 3),
+        name: {
+            "p50_ms": round(float(np.percentile(wall[name], 50) * 1e3), 3),
+            "p99_ms": round(float(np.percentile(wall[name], 99) * 1e3), 3),
+            "cpu_p99_ms": round(float(np.percentile(cpu[name], 99) * 1e3), 3),
+        }
+        for name in calls
     }
 
 
@@ -96,26 +108,33 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iterations", type=int, default=2000)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        help="another learned model file to measure in the same run (repeatable), e.g. an older one",
+    )
     args = parser.parse_args()
-    results: list[dict[str, object]] = []
-    for name, classifier in classifiers().items():
-        for label, num_tokens in SIZES.items():
-            request = ClassifyInput(
-                messages=[
-                    {"role": "system", "content": "You are a helpful assistant."},
-                    {"role": "user", "content": make_prompt(num_tokens)},
-                ]
-            )
-            results.append(
-                {"classifier": name, "tokens": label, **measure(classifier, request, args.iterations)}
-            )
+    named = classifiers(args.model)
+    by_size = {}
+    for label, num_tokens in SIZES.items():
+        request = ClassifyInput(
+            messages=[
+                {"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": make_prompt(num_tokens)},
+            ]
+        )
+        by_size[label] = measure(named, request, args.iterations)
+    results: list[dict[str, object]] = [
+        {"classifier": name, "tokens": label, **by_size[label][name]} for name in named for label in SIZES
+    ]
     if args.json:
         print(json.dumps({"machine": platform.processor() or platform.machine(), "results": results}))
         return 0
-    print(f"{'classifier':<24}{'tokens':>8}{'p50 ms':>10}{'p99 ms':>10}{'CPU p99 ms':>12}")
+    print(f"{'classifier':<30}{'tokens':>8}{'p50 ms':>10}{'p99 ms':>10}{'CPU p99 ms':>12}")
     for r in results:
         figures = f"{r['p50_ms']:>10.3f}{r['p99_ms']:>10.3f}{r['cpu_p99_ms']:>12.3f}"
-        print(f"{r['classifier']!s:<24}{r['tokens']!s:>8}{figures}")
+        print(f"{r['classifier']!s:<30}{r['tokens']!s:>8}{figures}")
     return 0
 
 

@@ -10,7 +10,11 @@ A text becomes:
   long prompt does not drown the others; indices repeat (one entry per occurrence, see
   :func:`_group`), so consumers sum values per index (``EmbeddingBag`` / ``bincount`` do);
 * a dense part, :data:`DENSE_NAMES`: length and structure (log tokens, lines, code fences, digits,
-  maths symbols, questions, list items, ...).
+  maths symbols, questions, list items, ...);
+* optionally (``lead_words``, ``request_cues``; both off for models trained before they existed) the
+  opening words hashed again as their own group, and the labelling guide's request cues
+  (:mod:`gateway.routing.cues`) as 0/1 dense values, so the instruction is not drowned by the text
+  it applies to.
 
 Cost is a fixed ~20 numpy calls whatever the length: words are hashed with a vectorised polynomial
 hash (``np.add.reduceat`` over word segments), never a Python loop per word. Texts longer than
@@ -25,6 +29,8 @@ import re
 import msgspec
 import numpy as np
 import numpy.typing as npt
+
+from gateway.routing.cues import CUES, request_cue
 
 __all__ = ["DENSE_NAMES", "FeatureConfig", "Featurizer", "SparseFeatures"]
 
@@ -54,6 +60,7 @@ _SHIFT = _U64(29)
 _SEED_WORD = _U64(0x51ED27)
 _SEED_BIGRAM = _U64(0xB16B00B5)
 _SEED_CHAR = _U64(0xC4A9)
+_SEED_LEAD = _U64(0x1EAD5)
 _MAX_WORD_BYTES = 32  # longer "words" (base64, hashes) are hashed on their first 32 bytes
 
 _CODE_RE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
@@ -83,6 +90,18 @@ class FeatureConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Scale of the word-bigram group."""
     char_weight: float = 0.5
     """Scale of each byte n-gram group."""
+    lead_words: int = 0
+    """Words at the start of the text hashed again as their own unigram + bigram group (0: none).
+    Requests usually open with the instruction ("Edit the following paragraph ..."), which the
+    whole-text groups drown when a long paragraph follows. 0 is the featurisation of models
+    trained before this field existed."""
+    lead_weight: float = 1.0
+    """Scale of the lead-words group."""
+    request_cues: bool = False
+    """Append the labelling guide's request cues (:mod:`gateway.routing.cues`: a small task such as
+    a grammar fix, a large one such as a proof) to the dense part, one 0/1 value each: as dense
+    inputs they are standardised, so a cue seen in few training prompts still moves the model.
+    False is the featurisation of models trained before this field existed."""
 
 
 class SparseFeatures(msgspec.Struct, frozen=True):
@@ -139,10 +158,14 @@ class Featurizer:
             table[c] = True
         table[128:] = True
         self._is_word = table
+        self.dense_names = DENSE_NAMES + (
+            tuple(f"cue_{cue}" for cue in CUES) if self.config.request_cues else ()
+        )
+        """Names of :attr:`SparseFeatures.dense` under this config: :data:`DENSE_NAMES`, then the cues."""
 
     @property
     def num_dense(self) -> int:
-        return len(DENSE_NAMES)
+        return len(self.dense_names)
 
     def __call__(self, text: str) -> SparseFeatures:
         cfg = self.config
@@ -165,11 +188,24 @@ class Featurizer:
         groups += [
             _group(self._char_ngrams(data, n) & self._mask, nb, cfg.char_weight) for n in cfg.char_ngrams
         ]
+        if cfg.lead_words > 0:
+            lead = word_hashes[: cfg.lead_words]
+            lead_grams = np.concatenate([lead, lead[:-1] * _PRIME + lead[1:]])
+            groups.append(_group(_mix(lead_grams ^ _SEED_LEAD) & self._mask, nb, cfg.lead_weight))
         return SparseFeatures(
             indices=np.concatenate([g[0] for g in groups]),
             values=np.concatenate([g[1] for g in groups]),
-            dense=_dense(text, raw, int(word_hashes.size)),
+            dense=self._with_cues(text, _dense(text, raw, int(word_hashes.size))),
         )
+
+    def _with_cues(self, text: str, dense: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        if not self.config.request_cues:
+            return dense
+        cues = np.zeros(len(CUES), np.float32)
+        cue = request_cue(text)
+        if cue is not None:
+            cues[CUES.index(cue)] = 1.0
+        return np.concatenate([dense, cues])
 
     def _word_hashes(self, data: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint64]:
         """One polynomial hash per word, vectorised over all words."""

@@ -40,7 +40,7 @@ from gateway.routing.classifier import (
     header_safe,
 )
 from gateway.routing.config import LearnedConfig
-from gateway.routing.features import DENSE_NAMES, FeatureConfig, Featurizer
+from gateway.routing.features import FeatureConfig, Featurizer
 
 __all__ = [
     "FORMAT_VERSION",
@@ -94,7 +94,7 @@ class ModelPayload(msgspec.Struct, frozen=True, kw_only=True):
     """embed (buckets x hidden), dense_w (dense x hidden), b1, w2 (hidden x tiers), b2,
     dense_mean, dense_std."""
     dense_names: list[str] = []
-    """Names of the dense features, checked against this build's :data:`DENSE_NAMES`."""
+    """Names of the dense features, checked against what this build computes for ``features``."""
     metrics: dict[str, float] = {}
     """Held-out accuracy, ECE and sizes, as printed by ``router train``."""
     info: dict[str, str] = {}
@@ -175,16 +175,17 @@ class LearnedModel:
         missing = [n for n in _ARRAY_NAMES if n not in payload.arrays]
         if missing:
             raise ClassifierLoadError(f"router model {source} is corrupt: arrays {missing} are missing")
-        if payload.dense_names and list(payload.dense_names) != list(DENSE_NAMES):
+        dense_names = list(self.featurizer.dense_names)
+        if payload.dense_names and list(payload.dense_names) != dense_names:
             raise ClassifierLoadError(
                 f"router model {source} is incompatible: trained on dense features "
-                f"{payload.dense_names}, this build computes {list(DENSE_NAMES)}; retrain it"
+                f"{payload.dense_names}, this build computes {dense_names}; retrain it"
             )
         try:
             arrays = {n: payload.arrays[n].to_numpy() for n in _ARRAY_NAMES}
         except ValueError as exc:
             raise ClassifierLoadError(f"router model {source} is corrupt: {exc}") from exc
-        num_tiers, num_dense = len(payload.tiers), len(DENSE_NAMES)
+        num_tiers, num_dense = len(payload.tiers), self.featurizer.num_dense
         num_buckets = payload.features.num_buckets
         hidden = arrays["b1"].shape[0] if arrays["b1"].ndim == 1 else -1
         expected = {

@@ -3,12 +3,14 @@
 This is the only module of the gateway that imports torch, and only inside :func:`train_main`;
 the model it writes is read by :mod:`gateway.routing.learned` with numpy alone.
 
-Data: JSONL, one ``{"prompt": str, "tier": str, "group": str?}`` a line. ``group`` (e.g. the
-template a prompt came from) keeps near-duplicates on one side of every split, so the held-out
-accuracy measures generalisation rather than memory. Splits (by group, seeded): ``--holdout`` for
-the reported accuracy, then ``--val`` of the rest for early stopping and temperature scaling
-(calibration). The saved model is the one trained on the training split, and its held-out figures
-are measured through the numpy inference path, after float16 storage, exactly as it will serve.
+Data: JSONL, one ``{"prompt": str, "tier": str, "group": str?, "weight": float?}`` a line (other
+fields are ignored; ``python -m gateway.routing.data.corpus`` writes the shipped model's). ``group``
+(e.g. a near-duplicate cluster) keeps near-duplicates on one side of every split, so the held-out
+accuracy measures generalisation rather than memory; ``weight`` scales the row's share of the loss.
+Splits (by group, seeded): ``--holdout`` for the reported accuracy, then ``--val`` of the rest for
+early stopping and temperature scaling (calibration). The saved model is the one trained on the
+training split, and its held-out figures are measured through the numpy inference path, after
+float16 storage, exactly as it will serve.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.routing.config import DEFAULT_TIERS
-from gateway.routing.features import DENSE_NAMES, FeatureConfig, Featurizer, SparseFeatures
+from gateway.routing.features import FeatureConfig, Featurizer, SparseFeatures
 from gateway.routing.learned import Array, LearnedModel, ModelPayload, write_model
 
 __all__ = ["Example", "expected_calibration_error", "load_examples", "split_by_group", "train_main"]
@@ -39,6 +41,8 @@ class Example(msgspec.Struct, frozen=True):
     prompt: str
     tier: str
     group: str | None = None
+    weight: float = 1.0
+    """How much the row counts in the loss (relative to 1)."""
 
 
 class DataError(ValueError):
@@ -99,7 +103,7 @@ def expected_calibration_error(probs: npt.NDArray, labels: npt.NDArray, num_bins
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="switchyard router train", description=__doc__.split("\n")[0])
-    p.add_argument("data", type=Path, help="JSONL of {prompt, tier[, group]}")
+    p.add_argument("data", type=Path, help="JSONL of {prompt, tier[, group, weight]}")
     p.add_argument("-o", "--output", type=Path, required=True, help="model file to write (router.bin)")
     p.add_argument("--epochs", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)
@@ -110,8 +114,18 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--lr", type=float, default=0.003)
     p.add_argument("--weight-decay", type=float, default=1e-4)
-    p.add_argument("--dropout", type=float, default=0.0, help="dropout on the hidden layer")
+    p.add_argument("--dropout", type=float, default=0.3, help="dropout on the hidden layer")
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--no-cues", action="store_true", help="leave out the request-cue feature (cues.py)")
+    p.add_argument(
+        "--max-chars",
+        type=int,
+        default=3000,
+        help="longer prompts are hashed on their first 2/3 and last 1/3 of this many characters",
+    )
+    p.add_argument(
+        "--lead-words", type=int, default=16, help="opening words hashed again as their own group (0: off)"
+    )
     p.add_argument(
         "--tiers", default=None, help="comma-separated tiers, cheapest first (default small,medium,large)"
     )
@@ -147,16 +161,27 @@ def _train(args: argparse.Namespace) -> int:
             f"too few groups to split: {len(train)} train, {len(val)} val, {len(holdout)} held out"
         )
 
-    featurizer = Featurizer(FeatureConfig())
+    featurizer = Featurizer(
+        FeatureConfig(
+            lead_words=args.lead_words,
+            request_cues=not args.no_cues,
+            max_chars=args.max_chars,
+            tail_chars=args.max_chars // 3,
+        )
+    )
     tier_index = {t: i for i, t in enumerate(tiers)}
 
     def encode(rows: list[Example]) -> tuple[list[SparseFeatures], npt.NDArray[np.int64]]:
         return [featurizer(r.prompt) for r in rows], np.array([tier_index[r.tier] for r in rows])
 
     (x_train, y_train), (x_val, y_val) = encode(train), encode(val)
+    w_train = np.array([r.weight for r in train], dtype=np.float32)
+    w_val = torch.from_numpy(np.array([r.weight for r in val], dtype=np.float32))
     dense_train = np.stack([f.dense for f in x_train])
     mean, std = dense_train.mean(axis=0), dense_train.std(axis=0) + 1e-6
-    num_buckets, num_dense, hidden = featurizer.config.num_buckets, len(DENSE_NAMES), args.hidden
+    # A feature constant in training (a cue no training prompt shows) must not be scaled by 1e6 later.
+    std = np.where(std < 1e-3, 1.0, std).astype(np.float32)
+    num_buckets, num_dense, hidden = featurizer.config.num_buckets, featurizer.num_dense, args.hidden
 
     class Net(torch.nn.Module):
         def __init__(self) -> None:
@@ -183,9 +208,15 @@ def _train(args: argparse.Namespace) -> int:
 
     net = Net()
     optimizer = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    counts = np.bincount(y_train, minlength=len(tiers)).astype(np.float32)
-    class_weight = torch.from_numpy(counts.sum() / np.maximum(counts, 1) / len(tiers))
-    loss_fn = torch.nn.CrossEntropyLoss(weight=class_weight)
+    # Class-balanced on the rows' own weights: each tier weighs the same in all.
+    counts = np.bincount(y_train, weights=w_train, minlength=len(tiers)).astype(np.float32)
+    class_weight = torch.from_numpy(counts.sum() / np.maximum(counts, 1e-6) / len(tiers))
+
+    def loss_fn(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        per_row = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
+        w = weights * class_weight[labels]
+        return (per_row * w).sum() / w.sum().clamp_min(1e-12)  # a batch of weight-0 rows: no step
+
     val_batch, val_labels = batch(x_val), torch.from_numpy(y_val)
     best_loss, best_state, best_epoch = float("inf"), None, 0
     order = list(range(len(x_train)))
@@ -195,13 +226,13 @@ def _train(args: argparse.Namespace) -> int:
         for start in range(0, len(order), args.batch_size):
             chosen = order[start : start + args.batch_size]
             logits = net(*batch([x_train[i] for i in chosen]))
-            loss = loss_fn(logits, torch.from_numpy(y_train[chosen]))
+            loss = loss_fn(logits, torch.from_numpy(y_train[chosen]), torch.from_numpy(w_train[chosen]))
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
         net.eval()
         with torch.no_grad():
-            val_loss = float(torch.nn.functional.cross_entropy(net(*val_batch), val_labels))
+            val_loss = float(loss_fn(net(*val_batch), val_labels, w_val))
         if val_loss < best_loss:
             best_loss, best_epoch = val_loss, epoch + 1
             best_state = {k: v.clone() for k, v in net.state_dict().items()}
@@ -220,7 +251,7 @@ def _train(args: argparse.Namespace) -> int:
         tiers=tiers,
         features=featurizer.config,
         temperature=temperature,
-        dense_names=list(DENSE_NAMES),
+        dense_names=list(featurizer.dense_names),
         arrays={
             "embed": Array.of(state["embed.weight"], "<f2"),  # float16 halves the file; checked below
             "dense_w": Array.of(state["dense.weight"].T),

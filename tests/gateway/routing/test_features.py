@@ -76,3 +76,22 @@ def test_bad_config_is_refused() -> None:
         Featurizer(FeatureConfig(num_buckets=1000))
     with pytest.raises(ValueError, match="version"):
         Featurizer(FeatureConfig(version=99))
+
+
+def test_lead_words_add_a_group_and_default_is_unchanged() -> None:
+    text = "Edit the following paragraph to correct any grammatical errors: she go home"
+    plain, lead = Featurizer()(text), Featurizer(FeatureConfig(lead_words=4))(text)
+    assert len(lead.indices) == len(plain.indices) + 4 + 3  # 4 unigrams and 3 bigrams of the lead
+    assert np.array_equal(lead.indices[: len(plain.indices)], plain.indices)
+
+
+def test_request_cues_are_dense_flags() -> None:
+    f = Featurizer(FeatureConfig(request_cues=True))
+    assert f.dense_names[: len(DENSE_NAMES)] == DENSE_NAMES
+    assert f.dense_names[len(DENSE_NAMES) :] == ("cue_small_task", "cue_large_task")
+    fix = f("Fix the spelling in this note: teh cat sat on teh mat")
+    cues = dict(zip(f.dense_names, fix.dense, strict=True))
+    assert (cues["cue_small_task"], cues["cue_large_task"]) == (1.0, 0.0)
+    assert f("Prove that 7 is prime.").dense[-2:].tolist() == [0.0, 1.0]
+    assert f("Tell me about the cat that sat on the mat").dense[-2:].tolist() == [0.0, 0.0]
+    assert Featurizer()("Prove that 7 is prime.").dense.shape == (len(DENSE_NAMES),)  # off by default

@@ -52,11 +52,59 @@ def test_shipped_model_routes_obvious_prompts(text: str, pool: str) -> None:
     assert sum(decision.probabilities.values()) == pytest.approx(1.0, abs=1e-3)
 
 
+# Real-looking prompts of the kinds the old template-trained model misrouted.
+GRAMMAR_FIXES = [
+    "Edit the following paragraph to correct any grammatical errors:\nShe didn't remembre where is her "
+    "purse, so I thinks its in the car but he's say it's on kitchen table but he are not sure.",
+    "Fix the grammar and spelling in this email: Hi Tom, i has attached the reports you asked for, let me "
+    "know if their is anything missing. Thanks, Ana",
+    "Please proofread this sentence: Their going to the park tomorow if the whether is good.",
+    "Correct the grammatical mistakes: Me and him goes to school every days by bus.",
+]
+WRITING_AND_ROLE_PLAY = [
+    "Write a short blog post about three things to do on a rainy weekend in Lisbon.",
+    "Draft a friendly email to my landlord asking whether I can paint the living room.",
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Compose a product description for a handmade ceramic coffee mug.",
+    "Pretend you are Sherlock Holmes. What do you make of my muddy boots?",
+    "Act as a travel guide for Kyoto and tell me what to see in one day.",
+    "You are a pirate captain. Greet your new crew in character.",
+    "Role-play as a friendly barista and take my order.",
+]
+LOGIC_PUZZLES = [
+    "Anna is taller than Ben. Ben is taller than Carl. Is Carl taller than Anna? Explain.",
+    "A farmer has 17 sheep and all but 9 run away. How many sheep does he have left?",
+    "If it takes 5 machines 5 minutes to make 5 widgets, how long would it take 100 machines to make "
+    "100 widgets?",
+    "Three boxes are labelled apples, oranges and mixed, and every label is wrong. You may pick one fruit "
+    "from one box. How do you relabel all the boxes?",
+    "Tom is Mary's brother. Mary has two sisters and Tom has no brothers. How many children are in the "
+    "family?",
+]
+
+
+@pytest.mark.parametrize("text", GRAMMAR_FIXES)
+def test_grammar_fixes_go_small(text: str) -> None:
+    assert build_classifier(LearnedConfig(), pools=POOLS).classify(user(text)).pool == "small"
+
+
+def test_writing_and_role_play_stay_off_large() -> None:
+    classifier = build_classifier(LearnedConfig(), pools=POOLS)
+    pools = [classifier.classify(user(t)).pool for t in WRITING_AND_ROLE_PLAY]
+    assert pools.count("large") == 0, pools
+
+
+@pytest.mark.parametrize("text", LOGIC_PUZZLES)
+def test_logic_puzzles_never_go_small(text: str) -> None:
+    assert build_classifier(LearnedConfig(), pools=POOLS).classify(user(text)).pool != "small"
+
+
 def test_shipped_model_metadata() -> None:
     model = LearnedModel.load()
     assert model.tiers == POOLS
-    assert model.metrics["holdout_accuracy"] >= 0.75
-    assert model.metrics["num_holdout"] >= 100
+    assert model.metrics["holdout_accuracy"] >= 0.8
+    assert model.metrics["num_holdout"] >= 500
+    assert model.featurizer.config.request_cues and model.featurizer.config.lead_words > 0
 
 
 def test_cost_quality_knob_moves_decisions() -> None:

@@ -9,16 +9,27 @@ A freed block that holds a hash stays findable in an O(1) LRU until a fresh allo
 When every layer slides, a sequence's leading blocks die once the window has passed them:
 ``free_out_of_window`` hands them back (a hashed one to the LRU, where it can still be hit) and leaves
 ``FREED_BLOCK`` in their table entries, so the table stays indexed by position while only the blocks
-the window still reads count against the pool.
+the window still reads count against the pool. A model that mixes sliding and full layers gets two
+of these (``kv_groups.py``): this very freeing, in a pool holding only the sliding layers' K/V.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Iterable
+from typing import Protocol
 
 from backends.engine.block_hash import BlockHash
 from backends.engine.sequence import FREED_BLOCK, Sequence
+
+
+class BlockTable(Protocol):
+    """One KV group's blocks of a sequence: the ``Sequence`` itself for the first group,
+    ``Sequence.sliding_blocks`` for the sliding layers' group."""
+
+    block_table: list[int]
+    num_freed_blocks: int
+    num_hashed_blocks: int
 
 
 class BlockManager:
@@ -26,6 +37,8 @@ class BlockManager:
 
     ``sliding_window``: the window every layer applies, given when the blocks it has passed may be
     freed; None keeps every block a sequence filled (full attention, some full layers, or freeing off).
+    ``is_sliding_group``: this pool holds only the sliding layers of a model that also has full ones, so
+    its table of a sequence is ``seq.sliding_blocks`` (the full layers' pool uses the sequence's own).
     """
 
     def __init__(
@@ -35,8 +48,10 @@ class BlockManager:
         *,
         enable_prefix_caching: bool = True,
         sliding_window: int | None = None,
+        is_sliding_group: bool = False,
     ) -> None:
         self.num_blocks = num_blocks
+        self.is_sliding_group = is_sliding_group
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.sliding_window = sliding_window
@@ -63,18 +78,29 @@ class BlockManager:
     def usage(self) -> float:
         return 1.0 - self.num_free_blocks / self.num_blocks if self.num_blocks else 0.0
 
+    @property
+    def num_token_slots(self) -> int:
+        """Tokens the whole pool holds at once (a prompt must fit)."""
+        return self.num_blocks * self.block_size
+
     def num_blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
+    def table(self, seq: Sequence) -> BlockTable:
+        """seq's blocks in this pool."""
+        return seq.sliding_blocks if self.is_sliding_group else seq
+
     # -- prefix cache --------------------------------------------------------------------------------
-    def get_computed_blocks(self, seq: Sequence) -> list[int]:
-        """The longest run of leading blocks already cached for seq (not yet referenced).
+    def get_computed_blocks(self, seq: Sequence, max_blocks: int | None = None) -> list[int]:
+        """The longest run of leading blocks already cached for seq (not yet referenced), at most
+        ``max_blocks`` (what another KV group found).
 
         At least one token is always left to compute, so the last prompt token yields logits.
         """
         if not self.enable_prefix_caching:
             return []
-        max_blocks = (seq.num_tokens - 1) // self.block_size
+        num_full = (seq.num_tokens - 1) // self.block_size
+        max_blocks = num_full if max_blocks is None else min(max_blocks, num_full)
         hashes = seq.full_block_hashes(self.block_size)[:max_blocks]
         if self.sliding_window is not None:
             return self._window_hits(seq, hashes)
@@ -103,16 +129,17 @@ class BlockManager:
         """Register seq's newly full and computed blocks in the prefix cache."""
         if not self.enable_prefix_caching:
             return
-        num_full = min(seq.num_computed_tokens // self.block_size, len(seq.block_table))
-        if num_full <= seq.num_hashed_blocks:
+        t = self.table(seq)
+        num_full = min(seq.num_computed_tokens // self.block_size, len(t.block_table))
+        if num_full <= t.num_hashed_blocks:
             return
         hashes = seq.full_block_hashes(self.block_size)
-        for i in range(seq.num_hashed_blocks, num_full):
-            block_id, h = seq.block_table[i], hashes[i]
+        for i in range(t.num_hashed_blocks, num_full):
+            block_id, h = t.block_table[i], hashes[i]
             if block_id != FREED_BLOCK and self.block_hash[block_id] is None and h not in self.hash_to_block:
                 self.block_hash[block_id] = h
                 self.hash_to_block[h] = block_id
-        seq.num_hashed_blocks = num_full
+        t.num_hashed_blocks = num_full
 
     # -- sliding window ------------------------------------------------------------------------------
     def num_dead_blocks(self, seq: Sequence, num_computed_tokens: int) -> int:
@@ -129,13 +156,14 @@ class BlockManager:
 
     def free_out_of_window(self, seq: Sequence) -> int:
         """Release seq's leading blocks that its window has passed (after each step); how many it freed."""
-        start = seq.num_freed_blocks
-        num_dead = min(self.num_dead_blocks(seq, seq.num_computed_tokens), len(seq.block_table))
+        t = self.table(seq)
+        start = t.num_freed_blocks
+        num_dead = min(self.num_dead_blocks(seq, seq.num_computed_tokens), len(t.block_table))
         for i in range(start, num_dead):  # oldest first, so the LRU evicts a window's history in order
-            self._unref(seq.block_table[i])
-            seq.block_table[i] = FREED_BLOCK
-        seq.num_freed_blocks = max(start, num_dead)
-        return seq.num_freed_blocks - start
+            self._unref(t.block_table[i])
+            t.block_table[i] = FREED_BLOCK
+        t.num_freed_blocks = max(start, num_dead)
+        return t.num_freed_blocks - start
 
     def can_ever_fit(self, seq: Sequence) -> bool:
         """Whether the whole pool could carry seq to its current length: full attention holds every
@@ -164,56 +192,72 @@ class BlockManager:
     def allocate(self, seq: Sequence, computed_blocks: list[int], num_new_tokens: int) -> None:
         """Give a waiting seq its cached blocks (those its window reads) plus fresh ones for
         ``num_new_tokens``."""
-        assert not seq.block_table, "allocate() on a sequence that already holds blocks"
+        t = self.table(seq)
+        assert not t.block_table, "allocate() on a sequence that already holds blocks"
         num_dead = self.num_dead_blocks(seq, len(computed_blocks) * self.block_size)
         live = computed_blocks[num_dead:]
         for block_id in live:
             self._ref(block_id)
-        seq.block_table = [FREED_BLOCK] * num_dead + live
-        seq.num_freed_blocks = num_dead
-        seq.num_hashed_blocks = len(computed_blocks)
+        t.block_table = [FREED_BLOCK] * num_dead + live
+        t.num_freed_blocks = num_dead
+        t.num_hashed_blocks = len(computed_blocks)
         seq.num_computed_tokens = len(computed_blocks) * self.block_size
         if seq.num_output_tokens == 0 and seq.num_preemptions == 0:
             seq.num_cached_tokens = seq.num_computed_tokens
-        if self.enable_prefix_caching:
+        if self.enable_prefix_caching:  # one count per pool: a two-group cache reports its first
             self.prefix_cache_queries += seq.num_tokens
             self.prefix_cache_hits += seq.num_computed_tokens
         self.append_slots(seq, num_new_tokens)
 
     def can_append(self, seq: Sequence, num_new_tokens: int) -> bool:
-        needed = self.num_blocks_for(seq.num_computed_tokens + num_new_tokens) - len(seq.block_table)
+        needed = self.num_blocks_for(seq.num_computed_tokens + num_new_tokens) - len(
+            self.table(seq).block_table
+        )
         return needed <= self.num_free_blocks
 
     def append_slots(self, seq: Sequence, num_new_tokens: int) -> None:
         """Grow seq's block table to hold ``num_new_tokens`` more computed tokens."""
-        needed = self.num_blocks_for(seq.num_computed_tokens + num_new_tokens) - len(seq.block_table)
+        table = self.table(seq).block_table
+        needed = self.num_blocks_for(seq.num_computed_tokens + num_new_tokens) - len(table)
         for _ in range(needed):
-            seq.block_table.append(self._take_fresh())
+            table.append(self._take_fresh())
 
-    def fork(self, parent: Sequence, child: Sequence) -> None:
-        """Let child share parent's full prompt blocks (copy-free); it computes only the tail."""
-        num_shared = min(self._num_forkable_blocks(parent), len(parent.block_table))
+    def num_forkable(self, parent: Sequence, child: Sequence, max_blocks: int | None = None) -> int:
+        """Leading blocks of parent that child can share here (at most ``max_blocks``)."""
+        pt = self.table(parent)
+        num_shared = min(self._num_forkable_blocks(parent), len(pt.block_table))
         num_shared = min(num_shared, parent.num_computed_tokens // self.block_size)
+        if max_blocks is not None:
+            num_shared = min(num_shared, max_blocks)
+        if pt.num_freed_blocks > self.num_dead_blocks(child, num_shared * self.block_size):
+            return 0  # the parent released blocks the child's window reads
+        return num_shared
+
+    def fork(self, parent: Sequence, child: Sequence, num_shared: int | None = None) -> None:
+        """Let child share parent's full prompt blocks (copy-free, ``num_shared`` of them when another KV
+        group decided); it computes only the tail."""
+        if num_shared is None:
+            num_shared = self.num_forkable(parent, child)
+        pt, ct = self.table(parent), self.table(child)
         num_dead = self.num_dead_blocks(child, num_shared * self.block_size)
-        if parent.num_freed_blocks > num_dead:  # the parent released blocks the child's window reads
-            num_shared = num_dead = 0
-        child.block_table = [FREED_BLOCK] * num_dead + parent.block_table[num_dead:num_shared]
-        child.num_freed_blocks = num_dead
-        for block_id in child.block_table[num_dead:]:
+        ct.block_table = [FREED_BLOCK] * num_dead + pt.block_table[num_dead:num_shared]
+        ct.num_freed_blocks = num_dead
+        for block_id in ct.block_table[num_dead:]:
             self._ref(block_id)
         child.num_computed_tokens = num_shared * self.block_size
         child.num_cached_tokens = parent.num_cached_tokens
-        child.num_hashed_blocks = min(num_shared, parent.num_hashed_blocks)
+        ct.num_hashed_blocks = min(num_shared, pt.num_hashed_blocks)
 
     def free(self, seq: Sequence) -> None:
         """Drop seq's references; blocks that hold a hash stay reusable until evicted."""
         # Tail blocks first, so the LRU evicts the end of a prefix before its start.
-        for block_id in reversed(seq.block_table[seq.num_freed_blocks :]):
+        t = self.table(seq)
+        for block_id in reversed(t.block_table[t.num_freed_blocks :]):
             self._unref(block_id)
-        seq.block_table = []
-        seq.num_freed_blocks = 0
+        t.block_table = []
+        t.num_freed_blocks = 0
         seq.num_computed_tokens = 0
-        seq.num_hashed_blocks = 0
+        t.num_hashed_blocks = 0
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached hash (blocks in use keep their data)."""
@@ -286,12 +330,13 @@ class BlockManager:
         if seqs is not None:
             counts = [0] * self.num_blocks
             for seq in seqs:
-                num_freed = seq.num_freed_blocks
-                assert all(b == FREED_BLOCK for b in seq.block_table[:num_freed]), "freed entries mislaid"
+                t = self.table(seq)
+                num_freed = t.num_freed_blocks
+                assert all(b == FREED_BLOCK for b in t.block_table[:num_freed]), "freed entries mislaid"
                 assert num_freed <= self.num_dead_blocks(seq, seq.num_computed_tokens), (
                     f"sequence {seq.seq_id} freed a block its window still reads"
                 )
-                for block_id in seq.block_table[num_freed:]:
+                for block_id in t.block_table[num_freed:]:
                     assert 0 <= block_id < self.num_blocks, f"sequence {seq.seq_id} holds block {block_id}"
                     counts[block_id] += 1
             assert counts == self.ref_counts, "reference counts differ from the live block tables"

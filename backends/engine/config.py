@@ -34,8 +34,10 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     """Reuse full KV blocks across requests with the same token prefix (and cache salt)."""
     free_window_blocks: bool = True
-    """When every layer slides, give back the KV blocks the window has passed (a sequence then holds about
-    window / block_size + 1 blocks however long it grows); False keeps every block, to measure the saving."""
+    """Give back the KV blocks a sliding window has passed (a sequence then holds about
+    window / block_size + 1 of them however long it grows): from the one pool when every layer slides, or
+    from the sliding layers' own pool when the model also has full layers (two KV groups). False keeps
+    one pool and every block, to measure the saving."""
     num_threads: int | None = None
     """torch intra-op threads on CPU; default the number of usable cores."""
     seed: int = 0

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from backends.engine.block_manager import BlockManager
 from backends.engine.config import MAX_DEFAULT_MODEL_LEN, EngineConfig
 from backends.engine.cpu_allocator import keep_freed_memory
+from backends.engine.kv_groups import KVBlocks, KVPoolSizes, build_kv_blocks, plan_kv_pools
 from backends.engine.loader import LoadedModel, ModelLoader, load_model
 from backends.engine.model_config import ModelConfig
 from backends.engine.model_runner import ModelRunner
@@ -83,19 +83,23 @@ class LLMEngine:
         model.load_weights((name, t.to(dtype)) for name, t in loaded.weights)
         model.eval()
         model.prepack(config.max_num_seqs)  # decode-sized batches are the common step
-        num_blocks = self._num_kv_blocks(dtype)
+        window = cfg.attention_window(self.max_model_len)
+        sizes = self._kv_pool_sizes(dtype, window if config.free_window_blocks else None)
+        elapsed_s = time.monotonic() - started
         log.info(
-            "model %s loaded in %.1f s: %d KV blocks of %d tokens",
+            "model %s loaded in %.1f s: KV blocks of %d tokens: %s",
             self.model_name,
-            time.monotonic() - started,
-            num_blocks,
+            elapsed_s,
             config.block_size,
+            sizes,
         )
-        self.block_manager = BlockManager(
-            num_blocks,
+        freeable = _freeable_window(cfg, self.max_model_len) if config.free_window_blocks else None
+        self.block_manager: KVBlocks = build_kv_blocks(
+            sizes,
             config.block_size,
             enable_prefix_caching=config.enable_prefix_caching,
-            sliding_window=_freeable_window(cfg, self.max_model_len) if config.free_window_blocks else None,
+            window=window or 0,
+            single_pool_window=freeable,
         )
         self.scheduler = Scheduler(
             self.block_manager,
@@ -104,9 +108,10 @@ class LLMEngine:
         )
         self.runner = ModelRunner(
             model,
-            num_blocks=num_blocks,
+            num_blocks=sizes.num_blocks,
+            num_sliding_blocks=sizes.num_sliding_blocks,
             block_size=config.block_size,
-            sliding_window=cfg.attention_window(self.max_model_len),
+            sliding_window=window,
         )
         self.sampler = Sampler()
         self.requests: dict[str, _Request] = {}
@@ -134,7 +139,7 @@ class LLMEngine:
                 f"prompt has {len(ids)} tokens; this model's maximum context is {self.max_model_len} "
                 "tokens including at least one generated token"
             )
-        capacity = self.block_manager.num_blocks * self.block_manager.block_size
+        capacity = self.block_manager.num_token_slots
         if len(ids) + 1 > capacity:
             raise ValueError(f"prompt has {len(ids)} tokens but the whole KV cache holds {capacity}")
         return ids
@@ -214,7 +219,7 @@ class LLMEngine:
         for item in sched.scheduled:
             item.seq.num_computed_tokens += item.num_new_tokens
             self.block_manager.cache_full_blocks(item.seq)
-            self.block_manager.free_out_of_window(item.seq)  # no-op unless every layer slides
+            self.block_manager.free_out_of_window(item.seq)  # no-op unless a window frees a pool
         if result is None:
             return set()
         for seq, token, lp in zip(sampling, result.token_ids, result.logprobs, strict=True):
@@ -348,9 +353,8 @@ class LLMEngine:
         """Block-pool consistency against every live sequence (tests call this after each step)."""
         self.block_manager.check_invariants(self.scheduler.live_seqs)
 
-    def _num_kv_blocks(self, dtype: torch.dtype) -> int:
-        cfg, bs = self.model_config, self.config.block_size
-        block_bytes = cfg.kv_bytes_per_token(torch.finfo(dtype).bits // 8) * bs
+    def _kv_pool_sizes(self, dtype: torch.dtype, window: int | None) -> KVPoolSizes:
+        """Blocks of one pool, or of the full and sliding layers' pools (``plan_kv_pools`` splits)."""
         budget = self.config.kv_cache_bytes
         if budget is None:
             if self.device.type == "cuda":
@@ -358,17 +362,13 @@ class LLMEngine:
             else:
                 free_bytes = _available_host_bytes()
             budget = int(free_bytes * self.config.kv_cache_fraction)
-        # more blocks than every sequence at full length could use only waste memory
-        cap = self.config.max_num_seqs * -(-self.max_model_len // bs) * 2
-        num_blocks = min(budget // block_bytes, cap)
-        if num_blocks < 1:
-            raise ValueError(f"KV budget of {budget} bytes holds no block of {block_bytes} bytes")
-        return int(num_blocks)
+        dtype_bytes = torch.finfo(dtype).bits // 8
+        return plan_kv_pools(self.model_config, self.config, budget, dtype_bytes, window, self.max_model_len)
 
 
 def _freeable_window(cfg: ModelConfig, max_model_len: int) -> int | None:
-    """The window whose passed blocks the pool may free: only when every layer slides (a full layer
-    still reads every block of the single pool)."""
+    """The window whose passed blocks a single pool may free: only when every layer slides (a model with
+    full layers too gets two groups instead, and its sliding group frees)."""
     window = cfg.attention_window(max_model_len)
     if window is None or cfg.layer_types is None:
         return window

@@ -4,8 +4,10 @@ Decode tokens go first, then each prefill chunk; K/V land in the paged cache thr
 and the LM head runs only on each sampling sequence's last token. With a sliding window, every query's
 keys start at most ``window - 1`` positions back: decodes get block tables cut to the window's blocks,
 prefill chunks a mask that is causal and windowed. A model that mixes sliding and full layers (Gemma 3)
-gets both views of the step: the full one, and a windowed one its sliding layers read (every layer's
-K/V still go to the same slots, so the full layers find all of them).
+gets both views of the step: the full one, and a windowed one its sliding layers read. With one pool,
+every layer's K/V go to the same slots, so the full layers find all of them; with two KV groups
+(``num_sliding_blocks``), the sliding layers' K/V live in a pool of their own, and the windowed view
+carries that group's slot mapping and block tables (``Sequence.sliding_blocks``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ class ModelRunner:
     """Owns the model and its KV cache: ``num_blocks`` blocks of ``block_size`` slots per layer.
 
     ``sliding_window``: the window of the sliding layers (None: full attention everywhere). Which
-    layers slide comes from ``model.config.layer_types``: all of them when it names none."""
+    layers slide comes from ``model.config.layer_types``: all of them when it names none.
+    ``num_sliding_blocks``: the sliding layers' own pool (two KV groups); None puts every layer's K/V
+    in the one pool of ``num_blocks``."""
 
     def __init__(
         self,
@@ -33,6 +37,7 @@ class ModelRunner:
         num_blocks: int,
         block_size: int,
         sliding_window: int | None = None,
+        num_sliding_blocks: int | None = None,
     ) -> None:
         self.model = model
         self.block_size = block_size
@@ -44,18 +49,34 @@ class ModelRunner:
         """Some layer attends fully: the step's main view is unwindowed."""
         self.is_mixed = sliding_window is not None and self.has_full_layers and SLIDING in layer_types
         """Sliding and full layers together: the step also gets a windowed view."""
+        self.num_sliding_blocks = num_sliding_blocks
+        self.has_two_groups = num_sliding_blocks is not None
+        """The sliding layers' K/V live in their own pool (``Sequence.sliding_blocks`` indexes it)."""
+        assert not self.has_two_groups or self.is_mixed, "two KV groups need sliding and full layers"
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         attn_layers = [m for m in model.modules() if isinstance(m, LlamaAttention)]
-        layer_shape = attn_layers[0].backend.cache_shape(
-            num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim
+        if num_sliding_blocks is None:
+            self.k_cache, self.v_cache = self._allocate(attn_layers, num_blocks)
+        else:
+            full = [a for a in attn_layers if not a.is_sliding]
+            self.k_cache, self.v_cache = self._allocate(full, num_blocks)
+            sliding = [a for a in attn_layers if a.is_sliding]
+            self.sliding_k_cache, self.sliding_v_cache = self._allocate(sliding, num_sliding_blocks)
+
+    def _allocate(self, layers: list[LlamaAttention], num_blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V tensors of ``num_blocks`` blocks for ``layers``, each layer bound to its slice."""
+        cfg = self.model.config
+        layer_shape = layers[0].backend.cache_shape(
+            num_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim
         )
-        shape = (cfg.num_layers, *layer_shape)
+        shape = (len(layers), *layer_shape)
         # empty, not zeros: a slot is always written before it is read (padding points at valid slots)
-        self.k_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
-        self.v_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
-        for i, layer in enumerate(attn_layers):
-            layer.k_cache, layer.v_cache = self.k_cache[i], self.v_cache[i]
+        k_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
+        v_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
+        for i, layer in enumerate(layers):
+            layer.k_cache, layer.v_cache = k_cache[i], v_cache[i]
+        return k_cache, v_cache
 
     @torch.inference_mode()
     def run(self, scheduled: list[ScheduledSeq]) -> torch.Tensor:
@@ -73,41 +94,52 @@ class ModelRunner:
     def _prepare(
         self, batch: list[ScheduledSeq]
     ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, dict[int, int]]:
-        bs = self.block_size
         token_ids: list[int] = []
         positions: list[int] = []
-        slots: list[int] = []
         last_rows: dict[int, int] = {}
-        decodes: list[tuple[list[int], int]] = []
-        prefills: list[_Prefill] = []
         for j, item in enumerate(batch):
             seq, n = item.seq, item.num_new_tokens
-            start_pos, start_row = seq.num_computed_tokens, len(token_ids)
+            start_pos = seq.num_computed_tokens
             token_ids.extend(seq.token_ids[start_pos : start_pos + n])
-            table = seq.block_table
-            for pos in range(start_pos, start_pos + n):
-                positions.append(pos)
-                slots.append(table[pos // bs] * bs + pos % bs)
+            positions.extend(range(start_pos, start_pos + n))
             if item.is_last_chunk:
                 last_rows[j] = len(token_ids) - 1
-            if _is_decode(item):
-                decodes.append((table, start_pos + 1))
-            else:  # later chunks and prefix hits read their context through the table
-                context = self._slots_of(table, start_pos + n) if start_pos else None
-                prefills.append(_Prefill(start_row, start_row + n, start_pos, context))
-        slot_mapping = torch.tensor(slots, dtype=torch.long, device=self.device)
-        if self.is_mixed:
-            meta = self._view(slot_mapping, decodes, prefills, None)
-            meta.sliding_view = self._view(slot_mapping, decodes, prefills, self.sliding_window)
+        tables = [item.seq.block_table for item in batch]
+        if self.has_two_groups:  # each group's own slots and tables
+            meta = self._view(*self._group_inputs(batch, tables), None)
+            sliding_tables = [item.seq.sliding_blocks.block_table for item in batch]
+            meta.sliding_view = self._view(*self._group_inputs(batch, sliding_tables), self.sliding_window)
+        elif self.is_mixed:
+            inputs = self._group_inputs(batch, tables)
+            meta = self._view(*inputs, None)
+            meta.sliding_view = self._view(*inputs, self.sliding_window)
         else:
             window = None if self.has_full_layers else self.sliding_window
-            meta = self._view(slot_mapping, decodes, prefills, window)
+            meta = self._view(*self._group_inputs(batch, tables), window)
         return (
             torch.tensor(token_ids, dtype=torch.long, device=self.device),
             torch.tensor(positions, dtype=torch.long, device=self.device),
             meta,
             last_rows,
         )
+
+    def _group_inputs(
+        self, batch: list[ScheduledSeq], tables: list[list[int]]
+    ) -> tuple[torch.Tensor, list[tuple[list[int], int]], list[_Prefill]]:
+        """The slot mapping, decodes and prefill chunks of the step through one KV group's ``tables``."""
+        bs = self.block_size
+        slots: list[int] = []
+        decodes: list[tuple[list[int], int]] = []
+        prefills: list[_Prefill] = []
+        for item, table in zip(batch, tables, strict=True):
+            start_pos, n, start_row = item.seq.num_computed_tokens, item.num_new_tokens, len(slots)
+            slots.extend(table[pos // bs] * bs + pos % bs for pos in range(start_pos, start_pos + n))
+            if _is_decode(item):
+                decodes.append((table, start_pos + 1))
+            else:  # later chunks and prefix hits read their context through the table
+                context = self._slots_of(table, start_pos + n) if start_pos else None
+                prefills.append(_Prefill(start_row, start_row + n, start_pos, context))
+        return torch.tensor(slots, dtype=torch.long, device=self.device), decodes, prefills
 
     def _view(
         self,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from backends.engine.block_manager import BlockManager
+from backends.engine.kv_groups import KVBlocks
 from backends.engine.sequence import Sequence, SequenceStatus
 
 
@@ -40,11 +40,10 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    """FCFS (with optional priority) scheduler over one ``BlockManager``."""
+    """FCFS (with optional priority) scheduler over the KV blocks (one ``BlockManager``, or ``KVGroups``
+    whose every call covers both groups)."""
 
-    def __init__(
-        self, block_manager: BlockManager, *, max_num_seqs: int, max_num_batched_tokens: int
-    ) -> None:
+    def __init__(self, block_manager: KVBlocks, *, max_num_seqs: int, max_num_batched_tokens: int) -> None:
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens

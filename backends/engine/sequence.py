@@ -20,6 +20,16 @@ FREED_BLOCK = -1
 its length, so position p still lives in ``block_table[p // block_size]`` for every p a query reads."""
 
 
+@dataclass(eq=False, slots=True)
+class GroupBlocks:
+    """A sequence's blocks in a second KV group (the sliding layers' pool when a model mixes sliding and
+    full layers): the same three fields the ``Sequence`` itself carries for the first group."""
+
+    block_table: list[int] = field(default_factory=list)
+    num_freed_blocks: int = 0
+    num_hashed_blocks: int = 0
+
+
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
@@ -53,6 +63,8 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     num_freed_blocks: int = 0
     """Leading entries of block_table that are ``FREED_BLOCK`` (a sliding window no longer reads them)."""
+    sliding_blocks: GroupBlocks = field(default_factory=GroupBlocks)
+    """Its table in the sliding layers' pool when the KV cache has two groups (unused with one)."""
     block_hashes: list[BlockHash] = field(default_factory=list)
     """Prefix-cache key of every full block of token_ids, computed lazily."""
     status: SequenceStatus = SequenceStatus.WAITING

@@ -16,7 +16,7 @@ from backends.engine.async_engine import AsyncLLMEngine
 from backends.server import build_models, parse_args, served_models
 from backends.serving.app import create_app
 from tests.backends.engine.tiny import build_tiny_model
-from tests.backends.server.harness import serve
+from tests.backends.server.harness import serve, wait_until
 
 PROMPT = "one two three"
 
@@ -38,6 +38,8 @@ def base_url(tiny_dirs: tuple[Path, Path]) -> Iterator[str]:
     llama, qwen = tiny_dirs
     args = server_args(f"small={llama}", f"qwen={qwen}", f"small-alias={llama}")
     with serve(create_app(models=build_models(args))) as url:
+        # the engines load in a worker thread after the app starts: wait until both serve
+        assert wait_until(lambda: httpx.get(f"{url}/ready").status_code == 200, timeout_s=120)
         yield url
 
 

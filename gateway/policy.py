@@ -249,9 +249,6 @@ class Policy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             return self.auto_model
         return self.aliases.get(model)
 
-    def is_auto(self, model: str) -> bool:
-        return self.classifier is not None and self.pool_for_model(model) == self.auto_model
-
     def priority_for(self, key: ApiKey | None, tenant: str) -> int | None:
         """The scheduling priority the policy gives a caller: its key's, else its tenant's, else None."""
         if key is not None and key.priority is not None:

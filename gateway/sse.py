@@ -136,7 +136,3 @@ class SSERelay:
             if self.drop_usage_chunk and not probe.choices:
                 return None
         return rewrite(event, self.replacements) + b"\n\n"
-
-    def leftover(self) -> bytes:
-        """Bytes of an unfinished event when the upstream closed the stream."""
-        return self._buffer

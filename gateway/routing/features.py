@@ -244,11 +244,6 @@ def estimate_tokens(num_chars: int) -> int:
     return (num_chars + 3) // 4
 
 
-def dense_features(text: str) -> npt.NDArray[np.float32]:
-    """The structure numbers named by :data:`DENSE_NAMES` for ``text`` (cut as the featurizer cuts)."""
-    return Featurizer()(text).dense
-
-
 def _dense(text: str, raw: npt.NDArray[np.uint8], num_words: int) -> npt.NDArray[np.float32]:
     """Structure numbers, squashed to similar scales; counts come from one byte histogram."""
     n = len(text)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gateway.routing import (
+from gateway.tiers import (
     ClassifyInput,
     ExamplesConfig,
     LearnedConfig,

@@ -79,7 +79,7 @@ def run_clients(url: str, clients: int, seconds: float) -> dict[str, int]:
 
 
 def _policy(upstream_url: str, args: argparse.Namespace) -> dict[str, Any]:
-    from gateway.keys import hash_key
+    from gateway.api_keys import hash_key
     from tests.support.gateway_server import fake_policy
 
     document = fake_policy(upstream_url)
@@ -113,7 +113,7 @@ def _statuses(counts: dict[str, int]) -> dict[str, int]:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import redis
 
-    from gateway.stores.keys import KeySpace
+    from gateway.stores.key_names import KeySpace
     from tests.support.fake_upstream import FakeUpstream
     from tests.support.gateway_server import GatewayServer, write_policy
     from tests.support.redis_server import RedisServer, find_redis_binary

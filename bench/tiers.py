@@ -29,11 +29,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gateway.keys import hash_key, new_key  # noqa: E402
+from gateway.api_keys import hash_key, new_key  # noqa: E402
 from gateway.policy import load_policy  # noqa: E402
-from gateway.routing.data.sources import read_source  # noqa: E402
 from loadtests.run import LocalGateway  # noqa: E402
 from loadtests.sse import StreamMeter  # noqa: E402
+from tools.tiers.sources import read_source  # noqa: E402
 
 
 def free_port() -> int:

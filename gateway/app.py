@@ -43,8 +43,8 @@ from gateway.pipeline import BytesResult, Call, Endpoint, Pipeline, StreamResult
 from gateway.policy import ApiKey, Policy
 from gateway.proxy import ProxyApp
 from gateway.reloader import PolicyReloader
-from gateway.routing.balancer import Balancer
-from gateway.routing.health import HealthChecker
+from gateway.replicas.balancer import Balancer
+from gateway.replicas.health import HealthChecker
 from gateway.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse_body
 from gateway.settings import Settings
 from gateway.shared_state import Caches, build_caches, build_store
@@ -57,7 +57,7 @@ from gateway.stages.retry import CallWithRetries
 from gateway.stages.route import ClassifierCache, RouteModel
 from gateway.stages.upstream import CallUpstream
 from gateway.stores import Store, StoreUnavailable
-from gateway.telemetry import Metrics
+from gateway.telemetry.metrics import Metrics
 from gateway.upstream_client import AiohttpUpstreamClient, UpstreamClient
 
 logger = logging.getLogger("switchyard.gateway")

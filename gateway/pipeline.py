@@ -23,11 +23,11 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.errors import ClientDisconnected, GatewayError
-from gateway.tracing import REQUEST_SPAN
+from gateway.telemetry.tracing import REQUEST_SPAN
 
 if TYPE_CHECKING:
     from gateway.policy import ApiKey, Policy
-    from gateway.routing.balancer import ReplicaState
+    from gateway.replicas.balancer import ReplicaState
 
 logger = logging.getLogger("switchyard.pipeline")
 
@@ -112,7 +112,7 @@ class Call:
     attempts: int = 0
     """Upstream attempts made (retries included)."""
     span: Any = None
-    """The request's tracing span, when tracing is on (owned by gateway.tracing)."""
+    """The request's tracing span, when tracing is on (owned by gateway.telemetry.tracing)."""
     result_filters: list[ResultFilter] = field(default_factory=list)
     """Applied to the result after the pipeline (a cache tapping a stream, embeddings merging)."""
     """Whether the client asked for the usage chunk of a stream."""
@@ -169,7 +169,9 @@ class Pipeline:
 
     async def run(self, call: Call) -> BytesResult | StreamResult:
         span = call.span
-        if span is None and (span := REQUEST_SPAN.get()) is not None:  # a sampled request (gateway.tracing)
+        if (
+            span is None and (span := REQUEST_SPAN.get()) is not None
+        ):  # a sampled request (gateway.telemetry.tracing)
             call.span = span
             span.describe_call(call)
         try:

@@ -18,10 +18,11 @@ import msgspec
 import yaml
 
 from gateway.cache.config import CacheConfig
-from gateway.routing.classifier import ClassifierLoadError, build_classifier
-from gateway.routing.config import ClassifierConfig
-from gateway.routing.routing_config import RoutingConfig, check_routing, convert_routing
-from gateway.telemetry_config import TelemetryConfig
+from gateway.replicas.config import RoutingConfig, check_routing, convert_routing
+from gateway.telemetry.config import TelemetryConfig
+from gateway.tiers.classifier import ClassifierLoadError
+from gateway.tiers.config import ClassifierConfig
+from gateway.tiers.factory import build_classifier
 
 PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"

@@ -15,7 +15,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from gateway.access_log import AccessLog
 from gateway.errors import (
     BodyTooLarge,
     ClientDisconnected,
@@ -25,8 +24,9 @@ from gateway.errors import (
     render,
 )
 from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult
-from gateway.telemetry_config import TelemetryCache
-from gateway.tracing import REQUEST_SPAN, GatewayTracer, RequestSpan
+from gateway.telemetry.access_log import AccessLog
+from gateway.telemetry.config import TelemetryCache
+from gateway.telemetry.tracing import REQUEST_SPAN, GatewayTracer, RequestSpan
 
 if TYPE_CHECKING:
     from litestar import Litestar

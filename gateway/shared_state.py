@@ -20,7 +20,7 @@ from gateway.cache.blobs import Blobs, MemoryBlobs, RedisBlobs
 from gateway.cache.embedding_cache import EmbeddingCache, MemoryEmbeddingCache, RedisEmbeddingCache
 from gateway.policy import Policy
 from gateway.stores import CreditStore, FailoverStore, MemoryStore, RedisStore, Store
-from gateway.telemetry import Metrics
+from gateway.telemetry.metrics import Metrics
 
 
 def build_store(policy: Policy, *, on_fallback: Callable[[str], None] | None = None) -> Store:

@@ -24,8 +24,8 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from gateway import semconv as sc
-from gateway.tracing import GatewayTracer
+from gateway.telemetry import semconv as sc
+from gateway.telemetry.tracing import GatewayTracer
 
 DEFAULT_RATIO = 0.01
 

@@ -18,6 +18,13 @@ See the README (Caches) for how the pieces fit into the pipeline.
 from gateway.cache.affinity import EVENT_OF_REASON, cache_salt, choose_replica, prefix_chain, prompt_bytes
 from gateway.cache.affinity_map import AffinityMap, BlobAffinityMap, MemoryAffinityMap, RedisAffinityMap
 from gateway.cache.blobs import Blobs, MemoryBlobs, RedisBlobs
+from gateway.cache.cache_keys import (
+    CacheKeys,
+    canonical_request,
+    embedding_options,
+    is_cacheable,
+    request_hash,
+)
 from gateway.cache.config import (
     AffinityConfig,
     CacheConfig,
@@ -33,7 +40,6 @@ from gateway.cache.embedding_cache import (
     embedding_inputs,
 )
 from gateway.cache.entry import CorruptEntry, Entry, EntryKind
-from gateway.cache.keys import CacheKeys, canonical_request, embedding_options, is_cacheable, request_hash
 from gateway.cache.redis_guard import EventHook, RedisGuard
 from gateway.cache.replay import StreamAccumulator, replay_sse
 from gateway.cache.response_cache import MemoryResponseCache, RedisResponseCache, ResponseCache

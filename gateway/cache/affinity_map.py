@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from gateway.cache.blobs import Blobs, MemoryBlobs, RedisBlobs
-from gateway.cache.keys import CacheKeys
+from gateway.cache.cache_keys import CacheKeys
 from gateway.cache.redis_guard import EventHook, no_events
-from gateway.stores.resp_commands import RespCommands
+from gateway.redis_client.commands import RespCommands
 
 
 class AffinityMap(Protocol):

@@ -23,7 +23,7 @@ from importlib import resources
 from typing import Protocol
 
 from gateway.cache.redis_guard import EventHook, RedisGuard, connect, no_events
-from gateway.stores.resp_commands import RespCommands
+from gateway.redis_client.commands import RespCommands
 
 _ENTRY_OVERHEAD_BYTES = 64  # dict slot, tuple and float of one memory entry, roughly
 

@@ -20,7 +20,7 @@ from typing import Any
 from gateway.cache.blobs import Blobs, MemoryBlobs, RedisBlobs
 from gateway.cache.entry import CorruptEntry, Entry, EntryKind
 from gateway.cache.redis_guard import EventHook, no_events
-from gateway.stores.resp_commands import RespCommands
+from gateway.redis_client.commands import RespCommands
 
 
 def embedding_inputs(value: Any) -> list[Any]:

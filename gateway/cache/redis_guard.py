@@ -15,8 +15,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from gateway.stores.resp import RespError
-from gateway.stores.resp_commands import RespCommands
+from gateway.redis_client.commands import RespCommands
+from gateway.redis_client.resp import RespError
 
 T = TypeVar("T")
 EventHook = Callable[..., None]

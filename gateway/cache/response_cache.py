@@ -18,7 +18,7 @@ from collections.abc import Callable
 from gateway.cache.blobs import Blobs, MemoryBlobs, RedisBlobs
 from gateway.cache.entry import CorruptEntry, Entry
 from gateway.cache.redis_guard import EventHook, no_events
-from gateway.stores.resp_commands import RespCommands
+from gateway.redis_client.commands import RespCommands
 
 
 class ResponseCache:

@@ -33,8 +33,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from gateway.cache.cache_keys import CacheKeys
 from gateway.cache.entry import Entry
-from gateway.cache.keys import CacheKeys
 from gateway.cache.redis_guard import EventHook, no_events
 from gateway.cache.response_cache import ResponseCache
 

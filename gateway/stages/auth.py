@@ -12,8 +12,8 @@ caller jump the queue: it is refused with a 400 ``priority_not_allowed`` unless 
 
 from __future__ import annotations
 
+from gateway.api_keys import MAX_KEY_LENGTH, KeyIndex
 from gateway.errors import AuthenticationFailed, InvalidRequest
-from gateway.keys import MAX_KEY_LENGTH, KeyIndex
 from gateway.pipeline import Call
 from gateway.policy import ApiKey, Policy
 

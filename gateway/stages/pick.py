@@ -18,7 +18,7 @@ from collections.abc import Callable
 from gateway.cache import EVENT_OF_REASON, AffinityMap, cache_salt, choose_replica, prefix_chain
 from gateway.errors import GatewayError, ServiceUnavailable
 from gateway.pipeline import Call, Endpoint
-from gateway.routing.balancer import Balancer, ReplicaState
+from gateway.replicas.balancer import Balancer, ReplicaState
 
 logger = logging.getLogger("switchyard.pick")
 

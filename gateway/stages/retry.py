@@ -30,7 +30,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.pipeline import Call
-from gateway.routing.balancer import ReplicaState
+from gateway.replicas.balancer import ReplicaState
 from gateway.stages.pick import PickReplica
 from gateway.stages.upstream import CallUpstream
 

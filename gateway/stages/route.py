@@ -16,8 +16,9 @@ from gateway.cache.blobs import Blobs
 from gateway.errors import ModelNotFound
 from gateway.pipeline import Call, Endpoint
 from gateway.policy import Policy
-from gateway.routing.classifier import Classifier, ClassifyInput, build_classifier, conversation_key
 from gateway.stages.auth import KeyIndexCache
+from gateway.tiers.classifier import Classifier, ClassifyInput, conversation_key
+from gateway.tiers.factory import build_classifier
 
 logger = logging.getLogger("switchyard.route")
 STICKY_TTL_S = 24 * 3600.0

@@ -36,9 +36,9 @@ from gateway.errors import (
     UpstreamStatusError,
 )
 from gateway.pipeline import BytesResult, Call, StreamResult
-from gateway.routing.balancer import Balancer, ReplicaState
+from gateway.replicas.balancer import Balancer, ReplicaState
 from gateway.sse import DONE_EVENT, SSERelay, model_rewriter, read_body_usage, rewrite
-from gateway.tracing import AttemptSpan
+from gateway.telemetry.tracing import AttemptSpan
 from gateway.upstream_client import UpstreamClient, UpstreamResponse
 
 _encode = msgspec.json.encode

@@ -23,7 +23,7 @@ from gateway.stores.base import (
     tenant_usage_from_fields,
     usage_field,
 )
-from gateway.stores.keys import KeySpace
+from gateway.stores.key_names import KeySpace
 
 _REASON_ORDER = ("budget", "requests", "tokens", "concurrency")
 

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from gateway.stores.base import usage_field
-from gateway.stores.keys import KeySpace
+from gateway.stores.key_names import KeySpace
 
 _json = msgspec.json.Encoder().encode
 

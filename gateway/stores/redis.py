@@ -29,6 +29,8 @@ from typing import Any
 
 import msgspec
 
+from gateway.redis_client.commands import RespCommands
+from gateway.redis_client.resp import RespClient, RespError
 from gateway.stores.base import (
     WINDOW_S,
     Admission,
@@ -41,10 +43,8 @@ from gateway.stores.base import (
     seconds_to_next_month,
     tenant_usage_from_fields,
 )
-from gateway.stores.keys import KeySpace
+from gateway.stores.key_names import KeySpace
 from gateway.stores.leases import LEASE_EXPIRY_S, LeaseBook
-from gateway.stores.resp import RespClient, RespError
-from gateway.stores.resp_commands import RespCommands
 from gateway.stores.writeback import WriteBack
 
 logger = logging.getLogger("switchyard.stores")

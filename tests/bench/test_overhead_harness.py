@@ -1,7 +1,7 @@
 """Smoke test of bench/overhead.py: the whole harness for ~1 s a point, output parsed.
 
 Skips only when nginx or wrk is not installed (``apt-get install nginx wrk``). Includes the gateway
-row when ``gateway/cli.py`` has a ``serve`` command, else measures nginx direct and the bare forwarder.
+row when ``switchyard serve`` exists, else measures nginx direct and the bare forwarder.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def test_overhead_runs_and_reports(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.skipif(not _has_gateway_serve(), reason="gateway/cli.py has no serve command yet")
+@pytest.mark.skipif(not _has_gateway_serve(), reason="gateway/cli/__init__.py has no serve command yet")
 def test_compare_two_gateway_configs_with_redis(tmp_path: Path) -> None:
     json_out = tmp_path / "compare.json"
     template = REPO_ROOT / "bench" / "harness" / "policy.yaml.tmpl"

@@ -18,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from gateway import semconv as sc
+from gateway.telemetry import semconv as sc
 from tests.backends.engine.tiny import build_tiny_model
 from tests.support.gateway_server import write_policy
 from tests.support.redis_server import free_port

@@ -46,7 +46,7 @@ def test_a_redis_backed_gateway_does_not_import_redis_py(redis_flushed: str) -> 
         from gateway.policy import load_policy
         from gateway.settings import Settings
         from gateway.shared_state import build_caches, build_store
-        from gateway.telemetry import Metrics
+        from gateway.telemetry.metrics import Metrics
 
         create_app(Settings(policy_path="policies/default.yaml"))
         policy = load_policy("policies/default.yaml")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cost import cost_main
+from gateway.cli import main
 from loadtests.config import REQUEST_NAMES
 from loadtests.report import read_failures, read_stats
 from tests.support.fake_upstream import FakeUpstream
@@ -25,6 +25,11 @@ from tests.support.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
+
+
+def cost_main(argv: list[str]) -> int:
+    """``switchyard cost ...`` in-process."""
+    return main(["cost", *argv])
 
 
 @pytest.fixture

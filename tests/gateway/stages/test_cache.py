@@ -13,7 +13,7 @@ import openai
 import pytest
 import redis
 
-from gateway.keys import hash_key, new_key
+from gateway.api_keys import hash_key, new_key
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
 

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.keys import hash_key, new_key
+from gateway.api_keys import hash_key, new_key
 from gateway.stages.limits import month_of
 from gateway.stores import Admission, Decision, MemoryStore, RedisStore, Store
 from tests.support.fake_upstream import FakeUpstream

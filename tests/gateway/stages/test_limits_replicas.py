@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.keys import hash_key, new_key
+from gateway.api_keys import hash_key, new_key
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway_process import GatewayProcess
 from tests.support.gateway_server import GatewayServer, fake_policy, write_policy

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.keys import hash_key, new_key
+from gateway.api_keys import hash_key, new_key
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
 

@@ -18,9 +18,9 @@ from gateway.errors import (
 )
 from gateway.pipeline import BytesResult, Call, Endpoint
 from gateway.policy import parse_policy
-from gateway.routing.balancer import Balancer, ReplicaState
+from gateway.replicas.balancer import Balancer, ReplicaState
 from gateway.stages.retry import CallWithRetries
-from gateway.telemetry import Metrics
+from gateway.telemetry.metrics import Metrics
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
 

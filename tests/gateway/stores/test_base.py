@@ -17,7 +17,7 @@ from gateway.stores import (
     openai_ratelimit_headers,
 )
 from gateway.stores.base import seconds_to_next_month
-from gateway.stores.keys import KeySpace
+from gateway.stores.key_names import KeySpace
 from tests.gateway.stores.conftest import T0
 
 

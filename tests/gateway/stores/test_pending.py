@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.stores.keys import KeySpace
+from gateway.stores.key_names import KeySpace
 from gateway.stores.pending import PendingWrites
 
 

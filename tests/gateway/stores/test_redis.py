@@ -12,8 +12,8 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
+from gateway.redis_client.commands import RespCommands
 from gateway.stores import BudgetRule, LimitRule, RedisStore, StoreUnavailable
-from gateway.stores.resp_commands import RespCommands
 from tests.gateway.stores.conftest import MONTH, T0, admission, settlement
 from tests.support.redis_server import RedisServer
 

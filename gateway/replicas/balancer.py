@@ -1,0 +1,249 @@
+"""Replica choice inside a pool, per-replica breakers, and pool fallbacks.
+
+``Balancer.pick(pool)`` asks the pool's strategy (``gateway.replicas.strategies``) for a replica
+whose circuit breaker (``gateway.replicas.breaker``) lets traffic through; the upstream stage
+reports each outcome with ``record_success`` / ``record_failure`` (passive health), and the
+active prober (``gateway.replicas.health``) trips and closes breakers and fills in the load the
+``load_aware`` strategy reads. ``pick_first(balancer.pool_order(pool))`` walks the pool's
+fallbacks (``gateway.replicas.fallback``), skipping saturated pools while another can serve.
+
+State lives in ``ReplicaState`` objects that survive a policy reload (keyed by pool, URL and
+model), so a reload neither forgets an open breaker nor resets in-flight counts. ``pick`` runs
+for every request: one pass over the pool, no allocation, no await, no lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Container, Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from gateway.policy import Policy, Replica
+from gateway.replicas.config import RoutingConfig
+from gateway.replicas.fallback import pool_order
+from gateway.replicas.state import ReplicaState
+from gateway.replicas.strategies import ReplicaStrategy, build_strategy, is_usable
+
+__all__ = ["Balancer", "BreakerListener", "ReplicaState", "origin_of"]
+
+logger = logging.getLogger("switchyard.routing")
+
+LOAD_AWARE_SCRAPE_INTERVAL_S = 2.0
+"""Scrape interval for a ``load_aware`` pool whose health config leaves scraping off."""
+
+
+BreakerListener = Callable[[ReplicaState, str, str], None]
+"""Called with ``(state, old, new)`` when a replica's breaker changes state."""
+
+
+@dataclass(slots=True, eq=False)
+class _Pool:
+    states: tuple[ReplicaState, ...]
+    strategy: ReplicaStrategy
+    cap: int | None
+    order: tuple[str, ...]
+
+
+def origin_of(base_url: str) -> str:
+    """``http://h:8000/v1`` -> ``http://h:8000``."""
+    parts = urlsplit(base_url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+class Balancer:
+    """Picks a replica of a pool; holds the per-replica state across policy reloads.
+
+    ``routing``, when given, is used instead of the policy's ``routing`` section (tests, embedding);
+    otherwise each adopted policy's own section applies (or the defaults, if it has none).
+    """
+
+    def __init__(
+        self,
+        *,
+        routing: RoutingConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        environ: dict[str, str] | None = None,
+        on_breaker_change: BreakerListener | None = None,
+    ) -> None:
+        self.clock = clock
+        self.environ = environ if environ is not None else os.environ
+        self.on_breaker_change = on_breaker_change
+        self._fixed_routing = routing
+        self.routing = routing or RoutingConfig()
+        self.pools: dict[str, tuple[ReplicaState, ...]] = {}
+        self._pools: dict[str, _Pool] = {}
+        self._states: dict[tuple[str, str, str], ReplicaState] = {}
+
+    # -- policy
+
+    def update(self, policy: Policy) -> None:
+        """Adopt a new policy's pools and routing, keeping the state of replicas that remain."""
+        routing = self._fixed_routing or getattr(policy, "routing", None) or RoutingConfig()
+        states: dict[tuple[str, str, str], ReplicaState] = {}
+        pools: dict[str, _Pool] = {}
+        for pool_name, pool in policy.pools.items():
+            overrides = routing.for_pool(pool_name)
+            breaker_config = routing.breaker_of(pool_name)
+            health = routing.health_of(pool_name)
+            strategy_name = routing.strategy_of(pool_name)
+            scrape_s = health.scrape_interval_s
+            if not scrape_s and strategy_name == "load_aware":
+                scrape_s = LOAD_AWARE_SCRAPE_INTERVAL_S
+            members = []
+            for replica in pool.replicas:
+                key = (pool_name, replica.base_url, replica.model)
+                state = self._states.get(key) or self._new_state(pool_name, replica)
+                state.replica = replica
+                state.api_key = self.environ.get(replica.api_key_env) if replica.api_key_env else None
+                state.headers = {"Authorization": f"Bearer {state.api_key}"} if state.api_key else {}
+                state.breaker.config = breaker_config
+                state.health = health
+                origin = origin_of(replica.base_url)
+                state.health_url = overrides.health_urls.get(replica.label) or origin + health.path
+                state.metrics_url = origin + health.metrics_path
+                state.scrape_interval_s = scrape_s
+                states[key] = state
+                members.append(state)
+            old = self._pools.get(pool_name)
+            strategy = (
+                old.strategy
+                if old is not None
+                and old.strategy.name == strategy_name
+                and routing.balancer == self.routing.balancer
+                else build_strategy(strategy_name, routing.balancer)
+            )
+            if old is None or old.states != tuple(members):
+                for state in members:  # new membership: smooth weighted round robin starts over
+                    state.current_weight = 0.0
+            order = tuple(p for p in pool_order(routing, pool_name) if p in policy.pools)
+            pools[pool_name] = _Pool(tuple(members), strategy, overrides.max_outstanding_per_replica, order)
+        self.routing = routing
+        self._states, self._pools = states, pools
+        self.pools = {name: pool.states for name, pool in pools.items()}
+
+    def _new_state(self, pool: str, replica: Replica) -> ReplicaState:
+        state = ReplicaState(pool, replica)
+
+        def changed(old: str, new: str) -> None:
+            log = logger.warning if new == "open" else logger.info
+            log("replica %s of pool %s: breaker %s -> %s", state.label, state.pool, old, new)
+            if self.on_breaker_change is not None:
+                self.on_breaker_change(state, old, new)
+
+        state.breaker.on_change = changed
+        return state
+
+    # -- reading
+
+    def replicas(self, pool: str) -> tuple[ReplicaState, ...]:
+        return self.pools.get(pool, ())
+
+    def all_replicas(self) -> Iterable[ReplicaState]:
+        return self._states.values()
+
+    def pool_order(self, pool: str) -> tuple[str, ...]:
+        """``pool`` then its fallbacks (precomputed at each policy update)."""
+        entry = self._pools.get(pool)
+        return entry.order if entry is not None else (pool,)
+
+    def load(self, state: ReplicaState) -> float:
+        """The replica's load as its pool's strategy sees it: in-flight requests (+ scraped load)."""
+        entry = self._pools.get(state.pool)
+        if entry is None:
+            return float(state.outstanding)
+        return entry.strategy.load(state, self.clock())
+
+    def candidates(self, pool: str, exclude: Container[ReplicaState] = ()) -> list[ReplicaState]:
+        """The replicas ``pick`` could return now (for affinity: pair each with ``load``)."""
+        entry = self._pools.get(pool)
+        if entry is None:
+            return []
+        now = self.clock()
+        return [s for s in entry.states if is_usable(s, exclude, now, None)]
+
+    def is_saturated(self, pool: str) -> bool:
+        """Every replica the breakers allow has ``max_outstanding_per_replica`` requests in flight."""
+        entry = self._pools.get(pool)
+        if entry is None or entry.cap is None:
+            return False
+        now = self.clock()
+        return not any(s.outstanding < entry.cap and s.breaker.allows(now) for s in entry.states)
+
+    def has_healthy(self) -> bool:
+        """Some replica of some pool has a breaker that is not open."""
+        now = self.clock()
+        return any(state.breaker.is_up(now) for state in self._states.values())
+
+    def breaker_states(self) -> list[tuple[str, str, str]]:
+        """``(pool, replica label, state)`` for every replica, for metrics and ``/readyz``."""
+        now = self.clock()
+        for state in self._states.values():
+            state.breaker.is_up(now)  # let an expired open breaker show as half-open
+        return [(s.pool, s.label, s.breaker.state) for s in self._states.values()]
+
+    # -- the hot path
+
+    def pick(
+        self,
+        pool: str,
+        exclude: Container[ReplicaState] = (),
+        *,
+        prefer: str | None = None,
+        saturated_ok: bool = True,
+    ) -> ReplicaState | None:
+        """A usable replica of ``pool`` by its strategy, or None.
+
+        ``exclude``: replicas this call already tried. ``prefer``: a replica label (prefix
+        affinity) taken when usable. ``saturated_ok=False`` skips replicas at the pool's
+        ``max_outstanding_per_replica``.
+        """
+        entry = self._pools.get(pool)
+        if entry is None:
+            return None
+        now = self.clock()
+        cap = None if saturated_ok else entry.cap
+        chosen: ReplicaState | None = None
+        if prefer is not None:
+            for state in entry.states:
+                if state.replica.label == prefer:
+                    if is_usable(state, exclude, now, cap):
+                        chosen = state
+                    break
+        if chosen is None:
+            chosen = entry.strategy.choose(entry.states, exclude, now, cap)
+            if chosen is None:
+                return None
+        chosen.breaker.on_pick(now)
+        return chosen
+
+    def pick_first(
+        self, pools: Iterable[str], exclude: Container[ReplicaState] = (), *, prefer: str | None = None
+    ) -> ReplicaState | None:
+        """The first pool of ``pools`` (e.g. ``pool_order(pool)``) that can serve, unsaturated first.
+
+        A pool with no usable replica, or saturated, passes to the next; when every pool is down or
+        saturated, the first one with a usable (saturated) replica serves. ``prefer`` applies to the
+        first pool only.
+        """
+        order = tuple(pools)
+        for saturated_ok in (False, True):
+            for i, pool in enumerate(order):
+                state = self.pick(pool, exclude, prefer=prefer if i == 0 else None, saturated_ok=saturated_ok)
+                if state is not None:
+                    return state
+            if not any(self._pools[p].cap is not None for p in order if p in self._pools):
+                break  # nothing was skipped for saturation: no second pass needed
+        return None
+
+    # -- outcomes
+
+    def record_success(self, state: ReplicaState) -> None:
+        state.num_successes += 1
+        state.breaker.record_success(self.clock())
+
+    def record_failure(self, state: ReplicaState) -> None:
+        state.num_failures += 1
+        state.breaker.record_failure(self.clock())

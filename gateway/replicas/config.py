@@ -1,0 +1,196 @@
+"""Policy config for replica choice, health and pool fallbacks: the ``routing:`` section.
+
+In a policy YAML::
+
+    routing:
+      balancer: {strategy: least_outstanding}     # round_robin | weighted | load_aware
+      breaker: {failure_threshold: 5, open_s: 10, half_open_max: 1}
+      health: {probe_interval_s: 5, probe_timeout_s: 1, path: /health, scrape_interval_s: 0}
+      pools:                                      # per-pool overrides, all optional
+        large:
+          fallbacks: [medium, small]              # tried in order when large cannot serve
+          max_outstanding_per_replica: 32         # beyond this on every replica, large is saturated
+          strategy: load_aware
+        small:
+          health: {probe_interval_s: 0}           # a hosted API without /health: no probes
+
+Every field has a default, so an absent ``routing:`` is a whole config. :func:`check_routing`
+lists what a loaded config gets wrong (unknown pools, fallback cycles) with the path of each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from gateway.replicas.fallback import fallback_problems
+
+__all__ = [
+    "BalancerConfig",
+    "BreakerConfig",
+    "HealthConfig",
+    "PoolRouting",
+    "RoutingConfig",
+    "Strategy",
+    "check_routing",
+    "convert_routing",
+]
+
+Strategy = Literal["least_outstanding", "round_robin", "weighted", "load_aware"]
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
+OptionalSeconds = Annotated[float, msgspec.Meta(ge=0)]
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
+
+
+class BalancerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How a replica is chosen among the healthy ones of a pool."""
+
+    strategy: Strategy = "least_outstanding"
+    """``least_outstanding`` (fewest in-flight requests per unit of weight), ``round_robin``,
+    ``weighted`` (smooth weighted round robin, as nginx) or ``load_aware`` (scraped queue and KV use)."""
+    kv_cache_weight: Annotated[float, msgspec.Meta(ge=0)] = 4.0
+    """``load_aware``: how many queued requests a full KV cache counts as."""
+    waiting_weight: Annotated[float, msgspec.Meta(ge=0)] = 1.0
+    """``load_aware``: how much one request waiting in the replica's queue counts."""
+
+
+class BreakerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A circuit breaker per replica: closed -> open -> half-open -> closed."""
+
+    failure_threshold: PositiveInt = 5
+    """Consecutive failures that open the breaker: connect errors (refused or timed out), resets,
+    5xx and malformed answers; never a timeout of a request the replica accepted, nor a 4xx."""
+    failure_rate: Fraction | None = None
+    """Also open when this share of the requests finished in ``window_s`` failed (off when unset)."""
+    window_s: PositiveSeconds = 10.0
+    """The tumbling window for ``failure_rate``."""
+    min_requests: PositiveInt = 20
+    """``failure_rate`` counts only once a window holds this many finished requests."""
+    open_s: PositiveSeconds = 10.0
+    """How long an open breaker refuses traffic before it lets trial requests through."""
+    half_open_max: PositiveInt = 1
+    """Trial requests in flight at once while half-open; a success closes, a failure reopens."""
+
+
+class HealthConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Active checks: ``GET /health`` probes (never a completion) and ``/metrics`` scrapes."""
+
+    probe_interval_s: OptionalSeconds = 5.0
+    """Seconds between two probes of a replica; 0 turns probes off."""
+    probe_timeout_s: PositiveSeconds = 1.0
+    """A probe that takes longer failed."""
+    path: str = "/health"
+    """Probed at the replica's origin: base_url ``http://h:8000/v1`` -> ``http://h:8000/health``."""
+    unhealthy_threshold: PositiveInt = 2
+    """Consecutive failed probes (no answer, timeout, HTTP 5xx) that open the replica's breaker."""
+    healthy_threshold: PositiveInt = 1
+    """Consecutive good probes that close a breaker the probes opened."""
+    scrape_interval_s: OptionalSeconds = 0.0
+    """Seconds between two ``/metrics`` scrapes; 0: off, except 2 s for pools using ``load_aware``."""
+    metrics_path: str = "/metrics"
+    """The replica's Prometheus page, with vLLM's metric names, at its origin."""
+
+
+class PoolRouting(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Overrides and fallbacks for one pool (``routing.pools.<name>``)."""
+
+    strategy: Strategy | None = None
+    """This pool's balancing strategy (default: ``routing.balancer.strategy``)."""
+    breaker: BreakerConfig | None = None
+    """This pool's breaker settings, replacing ``routing.breaker`` as a whole."""
+    health: HealthConfig | None = None
+    """This pool's health settings, replacing ``routing.health`` as a whole."""
+    health_urls: dict[str, str] = {}
+    """Replica label -> full health URL, for a replica whose health page is elsewhere."""
+    fallbacks: tuple[str, ...] = ()
+    """Pools to try, in order, when this one has no healthy replica or is saturated; their own
+    fallbacks follow (``large: [medium]`` and ``medium: [small]`` give large -> medium -> small)."""
+    max_outstanding_per_replica: PositiveInt | None = None
+    """The pool is saturated when every healthy replica has this many requests in flight."""
+
+
+class RoutingConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Replica choice, breakers, health checks and fallbacks: policy-wide defaults plus per pool."""
+
+    balancer: BalancerConfig = BalancerConfig()
+    """The default balancing strategy."""
+    breaker: BreakerConfig = BreakerConfig()
+    """The default per-replica circuit breaker."""
+    health: HealthConfig = HealthConfig()
+    """The default active checks."""
+    pools: dict[str, PoolRouting] = {}
+    """Per-pool overrides and fallbacks, by pool name."""
+
+    def for_pool(self, pool: str) -> PoolRouting:
+        return self.pools.get(pool) or _NO_OVERRIDES
+
+    def strategy_of(self, pool: str) -> Strategy:
+        return self.for_pool(pool).strategy or self.balancer.strategy
+
+    def breaker_of(self, pool: str) -> BreakerConfig:
+        return self.for_pool(pool).breaker or self.breaker
+
+    def health_of(self, pool: str) -> HealthConfig:
+        return self.for_pool(pool).health or self.health
+
+
+_NO_OVERRIDES = PoolRouting()
+
+
+def check_routing(routing: RoutingConfig, pools: Mapping[str, Any]) -> list[str]:
+    """What is wrong with ``routing`` for a policy with these pools (name -> Pool); empty if fine.
+
+    Each problem names its path, e.g. ``routing.pools.large.fallbacks[0]: unknown pool 'xl'``.
+    """
+    problems: list[str] = []
+    for name, pool_routing in routing.pools.items():
+        where = f"routing.pools.{name}"
+        if name not in pools:
+            problems.append(f"{where}: unknown pool (pools are {', '.join(pools)})")
+            continue
+        labels = {replica.label for replica in getattr(pools[name], "replicas", ())}
+        for label, url in pool_routing.health_urls.items():
+            if label not in labels:
+                problems.append(
+                    f"{where}.health_urls.{label}: unknown replica (labels are {', '.join(labels)})"
+                )
+            elif not url.startswith(("http://", "https://")):
+                problems.append(f"{where}.health_urls.{label}: expected an http(s) URL, got {url!r}")
+    for health, where in [(routing.health, "routing.health"), *_pool_health(routing)]:
+        for field in ("path", "metrics_path"):
+            if not getattr(health, field).startswith("/"):
+                problems.append(f"{where}.{field}: expected a path starting with '/'")
+    problems.extend(fallback_problems(routing, pools))
+    return problems
+
+
+def _pool_health(routing: RoutingConfig) -> list[tuple[HealthConfig, str]]:
+    return [(p.health, f"routing.pools.{n}.health") for n, p in routing.pools.items() if p.health]
+
+
+def convert_routing(document: Any) -> RoutingConfig:
+    """Validate a decoded ``routing:`` mapping; errors name the path (``routing.pools.large.open_s``).
+
+    msgspec names a dict key ``[...]``, so each pool is checked alone first to name it.
+    """
+    if isinstance(document, Mapping) and isinstance(document.get("pools"), Mapping):
+        for name, pool in document["pools"].items():
+            try:
+                msgspec.convert(pool, PoolRouting, strict=True)
+            except msgspec.ValidationError as e:
+                raise ValueError(_where(e, f"routing.pools.{name}")) from None
+    try:
+        return msgspec.convert(document if document is not None else {}, RoutingConfig, strict=True)
+    except msgspec.ValidationError as e:
+        raise ValueError(_where(e, "routing")) from None
+
+
+def _where(error: msgspec.ValidationError, prefix: str) -> str:
+    text = str(error)
+    what, _, path = text.partition(" - at `$")
+    path = path.rstrip("`")
+    what = what[:1].lower() + what[1:]
+    return f"{prefix}{path}: {what}" if path else f"{prefix}: {what}"

@@ -1,0 +1,62 @@
+"""What the gateway knows about one replica: its config, load, breaker and counters.
+
+One ``ReplicaState`` per (pool, URL, model) survives policy reloads (``gateway.replicas.balancer``
+keeps them), so a reload neither forgets an open breaker nor resets in-flight counts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from gateway.policy import Replica
+from gateway.replicas.breaker import Breaker
+from gateway.replicas.config import HealthConfig
+
+__all__ = ["ReplicaState"]
+
+
+@dataclass(slots=True, eq=False)
+class ReplicaState:
+    """A replica plus what the gateway has learned about it (identity-compared, hashable)."""
+
+    pool: str
+    replica: Replica
+    api_key: str | None = None
+    outstanding: int = 0
+    num_requests: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    breaker: Breaker = field(default_factory=Breaker)
+    health: HealthConfig = field(default_factory=HealthConfig)
+    """The active checks that apply to this replica (its pool's)."""
+    health_url: str = ""
+    metrics_url: str = ""
+    scrape_interval_s: float = 0.0
+    """Resolved: the pool's, or 2 s for a ``load_aware`` pool; 0 = no scrapes."""
+    current_weight: float = 0.0
+    """Smooth weighted round robin's running weight."""
+    num_waiting: float = 0.0
+    """Scraped ``vllm:num_requests_waiting``."""
+    num_running: float = 0.0
+    """Scraped ``vllm:num_requests_running``."""
+    kv_cache_usage: float = 0.0
+    """Scraped ``vllm:kv_cache_usage_perc`` (0..1)."""
+    load_fresh_until: float = -math.inf
+    """The scraped figures count until this clock time."""
+    num_successes: int = 0
+    num_failures: int = 0
+
+    @property
+    def label(self) -> str:
+        return self.replica.label
+
+    def is_healthy(self, now: float) -> bool:
+        """Its breaker is not open (half-open takes trial requests)."""
+        return self.breaker.is_up(now)
+
+    def acquire(self) -> None:
+        self.outstanding += 1
+        self.num_requests += 1
+
+    def release(self) -> None:
+        self.outstanding -= 1

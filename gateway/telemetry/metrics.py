@@ -1,0 +1,344 @@
+"""Every metric the gateway exports, named in one place.
+
+Each app gets its own ``CollectorRegistry`` so that several apps (tests, workers) never collide.
+Labels never carry API keys or prompt content; tenants label token counters only when the policy's
+``telemetry.tenant_labels`` allows it.
+
+Several worker processes (``switchyard serve --workers N``): the parent calls
+:func:`prepare_multiprocess` (an empty directory in ``PROMETHEUS_MULTIPROC_DIR``) before any worker
+starts, so that each worker's prometheus_client keeps its values in memory-mapped files there, and
+``Metrics.render()`` answers with the sum over all workers (``MultiProcessCollector``): whichever
+worker a scrape reaches, the counts are the whole server's. Replica gauges are written by the worker
+that serves a scrape and summed (``livesum``) or maxed (``livemax``) over live workers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from gateway.errors import (
+    ClientDisconnected,
+    GatewayError,
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamTimeout,
+    status_of,
+)
+from gateway.telemetry.config import TelemetryCache
+
+if TYPE_CHECKING:
+    from gateway.pipeline import Call
+    from gateway.replicas.balancer import ReplicaState
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+BREAKER_STATES = ("closed", "half_open", "open")
+
+
+def prepare_multiprocess(directory: str | os.PathLike[str]) -> Path:
+    """Multi-worker metrics: empty ``directory`` (a previous run's files would add up) and export it as
+    ``PROMETHEUS_MULTIPROC_DIR``. Call it in the parent before the workers start (prometheus_client
+    picks its value class when it is first imported, in each worker)."""
+    path = Path(directory)
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    os.environ[MULTIPROC_ENV] = str(path)
+    return path
+
+
+def is_multiprocess() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+def upstream_error_kind(error: GatewayError) -> str | None:
+    """The ``kind`` a failed upstream attempt counts under in ``switchyard_upstream_errors_total``
+    (its error code; ``upstream_rate_limited`` for an upstream 429), or None when ``error`` is no
+    upstream failure (the upstream's own 4xx is the client's problem)."""
+    if isinstance(error, UpstreamStatusError):
+        return "upstream_rate_limited" if error.upstream_status == 429 else None
+    if isinstance(error, UpstreamError | UpstreamTimeout):
+        return error.code or "upstream_error"
+    return None
+
+
+TPOT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5)
+LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+OVERHEAD_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
+class Metrics:
+    """The gateway's Prometheus metrics."""
+
+    content_type = CONTENT_TYPE_LATEST
+    """The exposition's full content type, charset included (send it as is, never append another)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # a ``_created`` twin of every counter and histogram doubles the series for nothing anyone graphs
+        disable_created_metrics()
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "switchyard_requests",
+            "Requests answered, by endpoint, pool and HTTP status.",
+            ("endpoint", "pool", "status"),
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            "switchyard_request_duration_seconds",
+            "Total request latency as the client sees it.",
+            ("endpoint", "pool"),
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.time_to_first_token = Histogram(
+            "switchyard_time_to_first_token_seconds",
+            "Time to the first streamed event.",
+            ("pool",),
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.overhead = Histogram(
+            "switchyard_gateway_overhead_seconds",
+            "Request time not spent waiting on the upstream.",
+            ("endpoint",),
+            buckets=OVERHEAD_BUCKETS_S,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "switchyard_tokens",
+            "Tokens reported by upstreams, by pool and direction.",
+            ("pool", "direction"),
+            registry=r,
+        )
+        self.upstream_errors = Counter(
+            "switchyard_upstream_errors",
+            "Failed upstream attempts (retried ones and broken streams included) by pool and kind, "
+            "plus requests that found no replica (kind no_healthy_replica) or failed in the gateway.",
+            ("pool", "kind"),
+            registry=r,
+        )
+        self.stream_errors = Counter(
+            "switchyard_stream_errors",
+            "Streams that failed after their first event (the client saw 200, then an error event).",
+            ("pool", "kind"),
+            registry=r,
+        )
+        self.replica_outstanding = Gauge(
+            "switchyard_replica_outstanding_requests",
+            "Requests in flight per replica.",
+            ("pool", "replica"),
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.time_per_output_token = Histogram(
+            "switchyard_time_per_output_token_seconds",
+            "Streamed responses: time after the first token, per further output token.",
+            ("pool",),
+            buckets=TPOT_BUCKETS_S,
+            registry=r,
+        )
+        self.tenant_tokens = Counter(
+            "switchyard_tenant_tokens",
+            "Tokens by tenant, pool and direction (only when the policy's telemetry.tenant_labels is on).",
+            ("tenant", "pool", "direction"),
+            registry=r,
+        )
+        self.replica_breaker_state = Gauge(
+            "switchyard_replica_breaker_state",
+            "1 for the circuit-breaker state each replica is in (closed, half_open, open), else 0.",
+            ("pool", "replica", "state"),
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.replica_load = Gauge(
+            "switchyard_replica_load",
+            "A replica's load as last scraped from its /metrics (running, waiting, kv_cache_usage).",
+            ("pool", "replica", "signal"),
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.rate_limited = Counter(
+            "switchyard_rate_limited",
+            "Requests refused by limits, by reason.",
+            ("reason",),
+            registry=r,
+        )
+        self.store_fallbacks = Counter(
+            "switchyard_store_fallbacks",
+            "Store operations answered by the local fallback because Redis failed.",
+            ("reason",),
+            registry=r,
+        )
+        self.cache_events = Counter(
+            "switchyard_cache_events",
+            "Cache events by cache and kind (hit, miss, bypass, store, evict, oversize, corrupt, error, "
+            "affinity_hit, affinity_override, affinity_miss, flight_follow, ...).",
+            ("cache", "event"),
+            registry=r,
+        )
+        self.policy_reloads = Counter(
+            "switchyard_policy_reloads",
+            "Policy reload attempts by result.",
+            ("result",),
+            registry=r,
+        )
+
+        self._children: dict[tuple[object, ...], Any] = {}
+        self._telemetry = TelemetryCache()
+        if is_multiprocess():  # a worker's live gauges leave with it
+            atexit.register(multiprocess.mark_process_dead, os.getpid())
+
+    # the hot path: labelled children are cached (prometheus_client's .labels() locks and validates)
+    def count_request(self, endpoint: str, pool: str, status: int) -> None:
+        key = ("requests", endpoint, pool, status)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.requests.labels(endpoint, pool, str(status))
+        child.inc()
+
+    def count_upstream_error(self, pool: str, error: GatewayError) -> None:
+        """One failed upstream attempt (``CallWithRetries``' ``on_attempt_error``: the attempts a
+        call retried; the one it ends with is counted by :meth:`record_call`)."""
+        kind = upstream_error_kind(error)
+        if kind is not None:
+            self._upstream_error(pool, kind).inc()
+
+    def _upstream_error(self, pool: str, kind: str) -> Any:
+        key = ("upstream_errors", pool, kind)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.upstream_errors.labels(pool, kind)
+        return child
+
+    def observe_latency(self, endpoint: str, pool: str, total_s: float, overhead_s: float) -> None:
+        key = ("latency", endpoint, pool)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.request_duration.labels(endpoint, pool),
+                self.overhead.labels(endpoint),
+            )
+        children[0].observe(total_s)
+        children[1].observe(overhead_s)
+
+    def count_tokens(self, pool: str, input_tokens: int, output_tokens: int) -> None:
+        key = ("tokens", pool)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.tokens.labels(pool, "input"),
+                self.tokens.labels(pool, "output"),
+            )
+        children[0].inc(input_tokens)
+        children[1].inc(output_tokens)
+
+    def observe_stream(self, pool: str, now: float, call: Call) -> None:
+        """Time to first token and time per further output token of a streamed response."""
+        key = ("stream", pool)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.time_to_first_token.labels(pool),
+                self.time_per_output_token.labels(pool),
+            )
+        assert call.first_token_at is not None
+        children[0].observe(call.first_token_at - call.started_at)
+        num_tokens = call.usage.output_tokens if call.usage is not None else call.num_events
+        if num_tokens > 1:
+            children[1].observe((now - call.first_token_at) / (num_tokens - 1))
+
+    def update_replicas(self, states: Iterable[ReplicaState]) -> None:
+        """Replica gauges (load, breaker state), read from the balancer when /metrics is scraped."""
+        for state in states:
+            pool, label = state.pool, state.label
+            self.replica_outstanding.labels(pool, label).set(state.outstanding)
+            breaker = getattr(state, "breaker", None)
+            current = getattr(breaker, "state", None)
+            if current is not None:
+                for name in BREAKER_STATES:
+                    self.replica_breaker_state.labels(pool, label, name).set(1 if current == name else 0)
+            for signal, attr in (
+                ("running", "num_running"),
+                ("waiting", "num_waiting"),
+                ("kv_cache_usage", "kv_cache_usage"),
+            ):
+                value = getattr(state, attr, None)
+                if value is not None:
+                    self.replica_load.labels(pool, label, signal).set(value)
+
+    def record_call(self, call: Call, error: GatewayError | None) -> None:
+        """Everything a finished call tells the metrics (runs once per call, at its end).
+
+        ``pool`` is the pool that served the call: a fallback pool's name when one did (its latency,
+        tokens and errors are that pool's), else the pool asked for. ``status`` is what the client
+        saw: a stream that broke after its first event is a 200 (its failure is counted in
+        ``stream_errors`` and ``upstream_errors``); a client that left before its response, a 499.
+        """
+        endpoint = call.endpoint.name.lower()
+        pool = call.replica.pool if call.replica is not None else call.pool or "-"
+        status = 200 if error is None else self._count_error(pool, call, error)
+        now = time.perf_counter()
+        self.count_request(endpoint, pool, status)
+        self.observe_latency(
+            endpoint, pool, now - call.started_at, max(0.0, now - call.started_at - call.upstream_s)
+        )
+        if call.first_token_at is not None:
+            self.observe_stream(pool, now, call)
+        if call.usage is not None:
+            self.count_tokens(pool, call.usage.input_tokens, call.usage.output_tokens)
+            if self._telemetry.get(call.policy).tenant_labels:
+                self.tenant_tokens.labels(call.tenant, pool, "input").inc(call.usage.input_tokens)
+                self.tenant_tokens.labels(call.tenant, pool, "output").inc(call.usage.output_tokens)
+
+    def _count_error(self, pool: str, call: Call, error: GatewayError) -> int:
+        """Count a finished call's error; return the status its client saw."""
+        if call.first_token_at is not None and not isinstance(error, ClientDisconnected):
+            # the stream had started: the client got 200, then an error event and [DONE]
+            kind = upstream_error_kind(error) or error.code or "error"
+            self.stream_errors.labels(pool, kind).inc()
+            self._upstream_error(pool, kind).inc()
+            return 200
+        status = status_of(error)
+        found = upstream_error_kind(error)
+        if found is None and status >= 500:  # no replica, store down, a bug: counted here as before
+            found = error.code or "error"
+        if found is not None:
+            self._upstream_error(pool, found).inc()
+        return status
+
+    def cache_hook(self, cache: str) -> Callable[..., None]:
+        """An ``on_event(name, n=1)`` hook for one cache, counting into ``switchyard_cache_events``."""
+        children: dict[str, Any] = {}
+
+        def on_event(event: str, n: int = 1) -> None:
+            child = children.get(event)
+            if child is None:
+                child = children[event] = self.cache_events.labels(cache, event)
+            child.inc(n)
+
+        return on_event
+
+    def render(self) -> bytes:
+        """The text exposition: this process's registry, or every worker's sum in multi-worker mode."""
+        if is_multiprocess():
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
+        return generate_latest(self.registry)

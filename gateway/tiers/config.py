@@ -1,0 +1,105 @@
+"""Policy config for the tier classifier: one tagged union, ``kind: rules | learned | examples``.
+
+In a policy YAML (decoded with ``msgspec.convert(data, ClassifierConfig)``)::
+
+    classifier:
+      kind: learned            # or rules / examples
+      cost_quality: 0.5        # 0 = cheapest pools, 1 = best quality
+      sticky_conversations: true
+
+Tiers are the classifier's labels (``small``, ``medium``, ``large`` for the shipped model and by
+convention); ``tier_pools`` maps a tier to a pool name when they differ. Every config field has a
+default, so ``{"kind": "learned"}`` is a whole policy.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+__all__ = [
+    "DEFAULT_TIERS",
+    "ClassifierConfig",
+    "ExamplesConfig",
+    "LearnedConfig",
+    "Rule",
+    "RulesConfig",
+]
+
+DEFAULT_TIERS: tuple[str, ...] = ("small", "medium", "large")
+"""Tier labels from cheapest to most capable, as the shipped model and examples use them."""
+
+Fraction = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+
+
+class _Base(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="kind"):
+    """Fields every classifier kind shares."""
+
+    tier_pools: dict[str, str] = {}
+    """Tier label -> pool name, for tiers whose pool is not named like the tier."""
+    fallback_pool: str | None = None
+    """Pool used when the classifier cannot decide (no text, nothing similar enough, no rule
+    matched); ``None`` means the cheapest tier's pool."""
+    sticky_conversations: bool = True
+    """Keep a conversation on the tier of its first turn (the gateway stores it under
+    :func:`gateway.tiers.conversation_key`); ``False`` classifies every turn afresh."""
+
+
+class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One rule: every condition given must hold (AND); list conditions match if any item does."""
+
+    pool: str
+    """Pool (or tier label mapped through ``tier_pools``) chosen when the rule matches."""
+    name: str | None = None
+    """Short label shown in the route reason; defaults to a description of the conditions."""
+    min_prompt_tokens: int | None = None
+    """Matches when the whole prompt has at least this many tokens."""
+    max_prompt_tokens: int | None = None
+    """Matches when the whole prompt has at most this many tokens."""
+    keywords: list[str] = []
+    """Case-insensitive whole words or phrases searched in the last user message."""
+    regex: list[str] = []
+    """Python regular expressions (case-insensitive) searched in the last user message."""
+    min_turns: int | None = None
+    """Matches when the conversation has at least this many user messages."""
+    tools: bool | None = None
+    """Matches on whether the request declares tools."""
+    json_mode: bool | None = None
+    """Matches on whether ``response_format`` asks for JSON."""
+
+
+class RulesConfig(_Base, frozen=True, tag="rules"):
+    """Ordered rules; the first that matches picks the pool, else ``fallback_pool``."""
+
+    rules: list[Rule] = []
+    """Evaluated top to bottom; first match wins."""
+
+
+class LearnedConfig(_Base, frozen=True, tag="learned"):
+    """The trained hashed-n-gram classifier (``switchyard router train``)."""
+
+    path: str | None = None
+    """Model file; ``None`` means the shipped default (``gateway/tiers/data/router.bin``)."""
+    cost_quality: Fraction = 0.5
+    """The cost/quality knob, like RouteLLM's threshold: a request goes to a tier when the
+    calibrated probability that it needs that tier *or a larger one* is at least
+    ``1 - cost_quality``. 0 keeps everything on the cheapest tier, 1 sends everything to the largest."""
+    thresholds: dict[str, Fraction] = {}
+    """Per-tier override of ``1 - cost_quality``: ``{"large": 0.7}`` routes to large only when
+    p(large) >= 0.7. Keys are tier labels other than the cheapest."""
+
+
+class ExamplesConfig(_Base, frozen=True, tag="examples"):
+    """Nearest examples: platform teams list example prompts per tier; no training needed."""
+
+    examples: dict[str, list[str]]
+    """Tier label (or pool) -> example prompts, listed from the cheapest tier to the largest."""
+    min_similarity: Fraction = 0.2
+    """Below this cosine similarity to every example, ``fallback_pool`` is used."""
+    k: Annotated[int, msgspec.Meta(ge=1)] = 5
+    """How many nearest examples vote (weighted by similarity)."""
+
+
+ClassifierConfig = RulesConfig | LearnedConfig | ExamplesConfig
+"""The policy's classifier section, discriminated by ``kind``."""

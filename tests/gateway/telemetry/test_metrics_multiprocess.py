@@ -1,0 +1,206 @@
+"""/metrics parses with prometheus-client's parser, in one process and across worker processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.telemetry.metrics import MULTIPROC_ENV, Metrics, is_multiprocess, prepare_multiprocess
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tests.support.redis_server import free_port
+
+REPO = Path(__file__).resolve().parents[3]
+CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeUpstream]:
+    fake = FakeUpstream().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="module")
+def policy_path(tmp_path_factory: pytest.TempPathFactory, upstream: FakeUpstream) -> Path:
+    return write_policy(tmp_path_factory.mktemp("mp") / "policy.yaml", fake_policy(upstream.base_url))
+
+
+def samples(text: str) -> dict[str, float]:
+    """Sample name + sorted labels -> value, summed over any pid label."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k != "pid")
+            key = f"{sample.name}{{{labels}}}"
+            out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+def requests_total(text: str, pool: str) -> float:
+    return sum(
+        v
+        for k, v in samples(text).items()
+        if k.startswith("switchyard_requests_total{") and f"pool={pool}" in k
+    )
+
+
+def test_single_process_metrics_parse(policy_path: Path) -> None:
+    server = GatewayServer(policy_path).start()
+    try:
+        for body in (CHAT, {**CHAT, "stream": True}):
+            assert httpx.post(server.url + "/v1/chat/completions", json=body, timeout=10).status_code == 200
+        server.settle()  # requests are counted by their finishers, after the response
+        text = httpx.get(server.url + "/metrics", timeout=5).text
+    finally:
+        server.stop()
+    names = {family.name for family in text_string_to_metric_families(text)}
+    assert {
+        "switchyard_requests",
+        "switchyard_time_to_first_token_seconds",
+        "switchyard_time_per_output_token_seconds",
+        "switchyard_gateway_overhead_seconds",
+        "switchyard_tokens",
+        "switchyard_replica_outstanding_requests",
+        "switchyard_replica_breaker_state",
+    } <= names
+    assert requests_total(text, "small") == 2
+    assert samples(text)["switchyard_time_per_output_token_seconds_count{pool=small}"] == 1
+
+
+def test_tenant_labels_only_when_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.pipeline import Call, Endpoint, Usage
+
+    def finished_call() -> Call:
+        call = Call(Endpoint.CHAT, {}, {}, object(), "r1", "m", tenant="acme")  # type: ignore[arg-type]
+        call.pool, call.usage = "small", Usage(3, 4)
+        return call
+
+    metrics = Metrics()
+    metrics.record_call(finished_call(), None)
+    assert b"switchyard_tenant_tokens_total{" not in metrics.render()
+    monkeypatch.setenv("SWITCHYARD_TENANT_LABELS", "1")
+    metrics = Metrics()
+    metrics.record_call(finished_call(), None)
+    assert (
+        b'switchyard_tenant_tokens_total{direction="output",pool="small",tenant="acme"} 4.0'
+        in metrics.render()
+    )
+
+
+def test_prepare_multiprocess_empties_and_exports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MULTIPROC_ENV, "")  # restored after the test
+    stale = tmp_path / "prom"
+    stale.mkdir()
+    (stale / "counter_1.db").write_bytes(b"old")
+    assert not is_multiprocess()
+    prepare_multiprocess(stale)
+    assert os.environ[MULTIPROC_ENV] == str(stale) and list(stale.iterdir()) == []
+    assert is_multiprocess()
+
+
+def _serve_workers(policy_path: Path, multiproc_dir: Path, port: int) -> subprocess.Popen[bytes]:
+    # what `switchyard serve --workers 2` does once the CLI calls prepare_multiprocess
+    env = {
+        **os.environ,
+        "SWITCHYARD_POLICY_PATH": str(policy_path),
+        "SWITCHYARD_ACCESS_LOG": "0",
+        MULTIPROC_ENV: str(multiproc_dir),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "gateway.app:create_app", "--factory", "--workers", "2",
+         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("gateway workers did not start")
+
+
+@pytest.mark.slow
+def test_two_workers_report_the_whole_server(policy_path: Path, tmp_path: Path) -> None:
+    multiproc_dir = tmp_path / "prom"
+    multiproc_dir.mkdir()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = _serve_workers(policy_path, multiproc_dir, port)
+    try:
+        _wait_ready(url, proc)
+        num_requests = 40
+
+        def one(_: int) -> int:
+            return httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=10).status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            assert set(pool.map(one, range(num_requests))) == {200}
+        # the last requests are counted by their finishers, after their responses: wait for that
+        deadline = time.monotonic() + 10
+        while requests_total(httpx.get(url + "/metrics", timeout=5).text, "small") < num_requests:
+            assert time.monotonic() < deadline, "the workers never counted every request"
+            time.sleep(0.05)
+        pids = {p.name.rsplit("_", 1)[-1] for p in multiproc_dir.glob("counter_*.db")}
+        for _ in range(6):  # whichever worker answers the scrape, it reports every worker's counts
+            text = httpx.get(url + "/metrics", timeout=5).text
+            assert requests_total(text, "small") == num_requests
+            assert "switchyard_request_duration_seconds_bucket" in text
+        assert pids  # the values live in the shared directory
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian's prometheus package is not installed")
+def test_a_real_prometheus_scrapes_the_gateway(policy_path: Path, tmp_path: Path) -> None:
+    server = GatewayServer(policy_path).start()
+    prom_port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s}\n"
+        "scrape_configs:\n"
+        f"  - job_name: switchyard\n    static_configs: [{{targets: ['127.0.0.1:{server.port}']}}]\n"
+    )
+    prom = subprocess.Popen(
+        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert httpx.post(server.url + "/v1/chat/completions", json=CHAT, timeout=10).status_code == 200
+        deadline = time.monotonic() + 45
+        query = f"http://127.0.0.1:{prom_port}/api/v1/query"
+        while True:
+            try:
+                body = httpx.get(query, params={"query": "switchyard_requests_total"}, timeout=2).json()
+                if body["data"]["result"]:
+                    break
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            assert time.monotonic() < deadline, "Prometheus never scraped the gateway"
+            time.sleep(0.5)
+        targets = httpx.get(f"http://127.0.0.1:{prom_port}/api/v1/targets", timeout=2).json()
+        assert targets["data"]["activeTargets"][0]["health"] == "up"
+    finally:
+        prom.terminate()
+        prom.wait(15)
+        server.stop()

@@ -10,7 +10,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from backends.serving.metrics import ServerMetrics
-from gateway.telemetry import Metrics
+from gateway.telemetry.metrics import Metrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 METRIC = re.compile(r"(?<![\w:])((?:switchyard_|vllm:)[A-Za-z0-9_:]*)")

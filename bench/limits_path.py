@@ -20,9 +20,10 @@ import time
 from pathlib import Path
 
 from bench.store_roundtrip import redis_url
+from gateway.compiled import compile_policy
 from gateway.pipeline import BytesResult, Call, Endpoint, Usage
 from gateway.policy import load_policy
-from gateway.stages.auth import Authenticate, KeyIndexCache
+from gateway.stages.auth import Authenticate
 from gateway.stages.limits import EnforceLimits
 from gateway.stores import CreditStore, FailoverStore, MemoryStore, RedisStore, Store
 
@@ -42,8 +43,8 @@ def _policy(template: str, work: Path) -> Path:
 
 
 async def cpu_us_per_request(policy_path: Path, store: Store, num_requests: int) -> float:
-    policy = load_policy(policy_path)
-    auth = Authenticate(KeyIndexCache())
+    policy = compile_policy(load_policy(policy_path))
+    auth = Authenticate()
     limits = EnforceLimits(store)
     headers = {"authorization": f"Bearer {API_KEY}"}
 

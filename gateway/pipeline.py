@@ -2,14 +2,16 @@
 
 The order is declared once, in ``gateway.app.build_pipeline``::
 
-    resolve model -> pick replica -> call upstream
+    auth -> route -> limits -> response cache -> embeddings cache -> (pick replica -> upstream, retried)
 
-(keys and limits, caches and the tier classifier slot in as more stages). A stage either fills in
-part of the call or finishes it by setting ``call.result``; the first result ends the walk. Work
-that must happen when the response is over (settling token reservations, releasing a replica,
-recording metrics) is registered with ``call.on_finish`` and runs exactly once: when a stage fails,
-after a plain response has been sent (the server finishes it, so settling never delays the client),
-or when a stream ends, however it ends.
+A stage either fills in part of the call or finishes it by setting ``call.result``; the first
+result ends the walk. Then the result filters run (a cache tapping a stream, embeddings merged back
+in order). Work that must happen when the response is over (settling token reservations, releasing
+a replica, storing a cache entry, recording metrics) is a finisher: the pipeline's own, declared
+with it, run for every call; a stage's, registered with ``call.on_finish`` when it applies. Each
+runs exactly once: when a stage fails, after a plain response has been sent (the request's owner,
+``gateway.proxy``, finishes the call, so settling never delays the client), or when a stream ends,
+however it ends.
 """
 
 from __future__ import annotations
@@ -17,17 +19,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from gateway.compiled import CompiledPolicy
 from gateway.errors import ClientDisconnected, GatewayError
-from gateway.telemetry.tracing import REQUEST_SPAN
-
-if TYPE_CHECKING:
-    from gateway.policy import ApiKey, Policy
-    from gateway.replicas.balancer import ReplicaState
+from gateway.policy import ApiKey, Policy
+from gateway.replicas.state import ReplicaState
 
 logger = logging.getLogger("switchyard.pipeline")
 
@@ -82,6 +82,31 @@ Finisher = Callable[["Call", GatewayError | None], Awaitable[None]]
 ResultFilter = Callable[["Call", "BytesResult | StreamResult"], Awaitable["BytesResult | StreamResult"]]
 
 
+class UpstreamSpan(Protocol):
+    """One upstream attempt's span (``gateway.telemetry.tracing.AttemptSpan``)."""
+
+    @property
+    def traceparent(self) -> str: ...
+
+    def record_output(self, content: list[Any]) -> None: ...
+
+    def end(self, call: Call, error: BaseException | None = None) -> None: ...
+
+
+class CallSpan(Protocol):
+    """What the pipeline and its stages ask of a sampled request's span
+    (``gateway.telemetry.tracing.RequestSpan``; the request's owner starts and ends it)."""
+
+    @property
+    def captures_content(self) -> bool: ...
+
+    def describe_call(self, call: Call) -> None: ...
+
+    async def run_stage(self, stage: Stage, call: Call) -> None: ...
+
+    def start_attempt(self, call: Call, model: str, label: str, attempt: int) -> UpstreamSpan: ...
+
+
 @dataclass(slots=True)
 class Call:
     """Everything the pipeline knows about one request."""
@@ -89,10 +114,10 @@ class Call:
     endpoint: Endpoint
     body: dict[str, Any]
     """The decoded request body; forwarded with unknown fields intact."""
-    headers: Any
-    """The client's request headers (case-insensitive mapping)."""
-    policy: Policy
-    """The policy snapshot this request runs under, even if a reload happens meanwhile."""
+    headers: Mapping[str, str]
+    """The client's request headers (names in lower case)."""
+    compiled: CompiledPolicy
+    """The policy this request runs under, even if a reload happens meanwhile."""
     request_id: str
     model: str
     """The model name the client asked for (responses report this name)."""
@@ -111,11 +136,10 @@ class Call:
     """Why this pool was chosen (``alias``, ``learned p(large)=0.81``, ...)."""
     attempts: int = 0
     """Upstream attempts made (retries included)."""
-    span: Any = None
-    """The request's tracing span, when tracing is on (owned by gateway.telemetry.tracing)."""
+    span: CallSpan | None = None
+    """The request's tracing span when it is sampled."""
     result_filters: list[ResultFilter] = field(default_factory=list)
-    """Applied to the result after the pipeline (a cache tapping a stream, embeddings merging)."""
-    """Whether the client asked for the usage chunk of a stream."""
+    """Applied to the result after the stages (a cache tapping a stream, embeddings merging)."""
     started_at: float = field(default_factory=time.perf_counter)
     pool: str | None = None
     replica: ReplicaState | None = None
@@ -129,6 +153,11 @@ class Call:
     error: GatewayError | None = None
     _finishers: list[Finisher] = field(default_factory=list)
     _is_finished: bool = False
+
+    @property
+    def policy(self) -> Policy:
+        """The policy as written (``compiled.policy``)."""
+        return self.compiled.policy
 
     @property
     def served_pool(self) -> str | None:
@@ -162,17 +191,18 @@ class Stage(Protocol):
 
 
 class Pipeline:
-    """Runs the stages in their declared order until one produces a result."""
+    """Runs the stages in their declared order until one produces a result, then the result filters;
+    ``finishers`` run when every call is over (after the stages' own)."""
 
-    def __init__(self, stages: Sequence[Stage]) -> None:
+    def __init__(self, stages: Sequence[Stage], *, finishers: Sequence[Finisher] = ()) -> None:
         self.stages = tuple(stages)
+        self.finishers = tuple(finishers)
 
     async def run(self, call: Call) -> BytesResult | StreamResult:
+        for finisher in self.finishers:
+            call.on_finish(finisher)  # registered first: they run last, once every stage's has run
         span = call.span
-        if (
-            span is None and (span := REQUEST_SPAN.get()) is not None
-        ):  # a sampled request (gateway.telemetry.tracing)
-            call.span = span
+        if span is not None:
             span.describe_call(call)
         try:
             if span is None:  # not traced: the plain walk
@@ -185,6 +215,11 @@ class Pipeline:
                     await span.run_stage(stage, call)
                     if call.result is not None:
                         break
+            if call.result is None:
+                raise GatewayError("no stage produced a response")
+            result = call.result
+            for result_filter in call.result_filters:
+                result = await result_filter(call, result)
         except GatewayError as error:
             await call.finish(error)
             raise
@@ -194,8 +229,5 @@ class Pipeline:
         except BaseException:
             await call.finish(GatewayError("internal error"))
             raise
-        if call.result is None:
-            await call.finish(GatewayError("no stage produced a response"))
-            raise GatewayError("no stage produced a response")
-        # the server finishes the call once the response is sent (a stream: once it ends)
-        return call.result
+        # the request's owner finishes the call once the response is sent (a stream: once it ends)
+        return result

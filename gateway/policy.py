@@ -19,81 +19,18 @@ import yaml
 
 from gateway.cache.config import CacheConfig
 from gateway.replicas.config import RoutingConfig, check_routing, convert_routing
+from gateway.replicas.pools import Pool, Timeouts
 from gateway.telemetry.config import TelemetryConfig
 from gateway.tiers.classifier import ClassifierLoadError
 from gateway.tiers.config import ClassifierConfig
 from gateway.tiers.factory import build_classifier
 
-PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
 Name = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN, max_length=128)]
 
 
 class PolicyError(ValueError):
     """A policy file that cannot be served; the message says where and why."""
-
-
-class Timeouts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Upstream timeouts, in seconds."""
-
-    connect_s: PositiveSeconds = 2.0
-    """Opening a TCP connection to a replica; running out is a connect error (502, retried, a
-    breaker failure), like a refused connection."""
-    first_byte_s: PositiveSeconds = 60.0
-    """Streams only: from sending the request to the response headers and the first event. A plain
-    (non-stream) response's headers come when generation ends, so only ``total_s`` bounds it."""
-    idle_s: PositiveSeconds = 30.0
-    """The longest gap between two chunks of a streamed response, after the first event."""
-    total_s: PositiveSeconds = 600.0
-    """The whole upstream exchange, from the request's arrival; retries share it. The one bound of a
-    plain response."""
-
-
-class Replica(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One OpenAI-compatible server in a pool."""
-
-    base_url: str
-    """Its API root, e.g. ``http://10.0.0.5:8000/v1``; ``/chat/completions`` is appended."""
-    model: str
-    """The model name this replica serves; the request's ``model`` is rewritten to it."""
-    api_key_env: str | None = None
-    """Name of the environment variable holding its API key (never the key itself)."""
-    weight: Annotated[float, msgspec.Meta(gt=0)] = 1.0
-    """Relative share of traffic for weighted balancing."""
-    name: str | None = None
-    """A label for metrics and logs; defaults to host:port."""
-    send_cache_salt: bool = False
-    """Add a per-tenant ``cache_salt`` field to requests (the reference engine and vLLM honour it:
-    their prefix caches then never cross tenants). Leave off for servers that reject unknown fields."""
-
-    @property
-    def label(self) -> str:
-        if self.name:
-            return self.name
-        parts = urlsplit(self.base_url)
-        return parts.netloc
-
-
-class Price(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """What a pool's tokens cost, in US dollars per 1,000 tokens."""
-
-    input_per_1k: Annotated[float, msgspec.Meta(ge=0)] = 0.0
-    output_per_1k: Annotated[float, msgspec.Meta(ge=0)] = 0.0
-
-    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
-        return (input_tokens * self.input_per_1k + output_tokens * self.output_per_1k) / 1000.0
-
-
-class Pool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A set of replicas serving one model size (small / medium / large, or any name)."""
-
-    replicas: tuple[Replica, ...]
-    """The servers; at least one."""
-    timeouts: Timeouts | None = None
-    """Overrides the policy-wide timeouts for this pool."""
-    price: Price = Price()
-    """Token prices, for budgets and the usage ledger."""
-    description: str = ""
 
 
 Count = Annotated[int, msgspec.Meta(ge=0)]

@@ -1,10 +1,16 @@
-"""The hot path: the proxied API endpoints served straight from ASGI.
+"""The hot path, and its one owner: a proxied API request from ASGI in to the last byte out.
 
 ``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/embeddings`` skip the web framework's
 routing, request and response objects (a measurable share of a ~0.3 ms request on one core) and
-are served here: read the body (bounded), run the pipeline, send bytes. Every other path goes to
-the Litestar app. A streamed response watches the client: when it disconnects, the relay is
-cancelled at once, which closes the upstream connection and settles the call.
+are served here, top to bottom in :func:`serve`::
+
+    start the span (when sampled) -> read the body (bounded) -> decode it into a ``Call`` under the
+    compiled policy -> run the pipeline -> send bytes or relay the stream -> finish the call (its
+    after-response work) -> end the span, write the access-log line
+
+Every other path goes to the Litestar app (``gateway.routes``). The client is watched from the
+moment the body is read: when it disconnects, the request is cancelled at once, which closes the
+upstream connection and settles the call.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from gateway.compiled import CompiledPolicy
 from gateway.errors import (
     BodyTooLarge,
     ClientDisconnected,
@@ -22,16 +29,17 @@ from gateway.errors import (
     MethodNotAllowed,
     RequestTimeout,
     render,
+    status_of,
 )
 from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult
+from gateway.runtime import Gateway
+from gateway.schemas import ChatRequest, CompletionRequest, parse_body
 from gateway.telemetry.access_log import AccessLog
-from gateway.telemetry.config import TelemetryCache
-from gateway.telemetry.tracing import REQUEST_SPAN, GatewayTracer, RequestSpan
+from gateway.telemetry.spans import RequestSpan
+from gateway.telemetry.tracing import GatewayTracer
 
 if TYPE_CHECKING:
     from litestar import Litestar
-
-    from gateway.app import Gateway
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -56,16 +64,9 @@ _SSE_HEADERS = [
 class Observer:
     """What watches each proxied request: its trace (when sampled) and its access-log line."""
 
-    def __init__(
-        self,
-        tracer: GatewayTracer | None = None,
-        access_log: AccessLog | None = None,
-        telemetry: TelemetryCache | None = None,
-    ) -> None:
+    def __init__(self, tracer: GatewayTracer | None = None, access_log: AccessLog | None = None) -> None:
         self.tracer = tracer or GatewayTracer.from_env()
         self._access_log = access_log
-        self.telemetry = telemetry or TelemetryCache()
-        """The policy's telemetry section (with the environment's overrides)."""
 
     @property
     def access_log(self) -> AccessLog:
@@ -73,9 +74,15 @@ class Observer:
             self._access_log = AccessLog()
         return self._access_log
 
+    def start(self, compiled: CompiledPolicy, headers: Mapping[str, str], scope: Scope) -> RequestSpan | None:
+        """The request's span, when tracing is on and the request is sampled."""
+        if not self.tracer.enabled:
+            return None
+        return self.tracer.start_request(headers, scope["method"], scope["path"], compiled.telemetry)
+
     def finish(
         self,
-        gateway: Gateway,
+        compiled: CompiledPolicy,
         span: RequestSpan | None,
         endpoint: Endpoint,
         request_id: str,
@@ -89,7 +96,7 @@ class Observer:
         if span is not None:
             trace_id = span.trace_id
             span.finish(call, status, error)
-        if self.telemetry.get(gateway.policy).access_log:
+        if compiled.telemetry.access_log:
             self.access_log.write(endpoint.operation, request_id, status, started_at, call, error, trace_id)
 
 
@@ -210,6 +217,39 @@ class ClientWatch:
         return True
 
 
+def new_call(
+    endpoint: Endpoint,
+    headers: Mapping[str, str],
+    raw: bytes,
+    compiled: CompiledPolicy,
+    request_id: str,
+    started_at: float,
+    span: RequestSpan | None = None,
+) -> Call:
+    """Decode one request body into a ``Call`` under ``compiled``; a GatewayError (400, 413) when the
+    body is too large for the policy or not a valid request."""
+    limit = compiled.policy.limits.max_body_bytes
+    if len(raw) > limit:
+        raise BodyTooLarge(f"Request body is over the limit of {limit} bytes.")
+    body, parsed = parse_body(endpoint, raw)
+    is_stream = include_usage = False
+    if isinstance(parsed, ChatRequest | CompletionRequest):
+        is_stream = bool(parsed.stream)
+        include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
+    return Call(
+        endpoint,
+        body,
+        headers,
+        compiled,
+        request_id,
+        parsed.model,
+        is_stream=is_stream,
+        include_usage=include_usage,
+        started_at=started_at,
+        span=span,
+    )
+
+
 async def serve(
     gateway: Gateway,
     endpoint: Endpoint,
@@ -221,16 +261,10 @@ async def serve(
     """One proxied request, from ASGI scope to the last byte sent."""
     started_at = time.perf_counter()
     gateway.inflight.enter()  # until the last finisher has run (gateway.inflight)
+    compiled = gateway.compiled  # the policy this request runs under, whatever reloads meanwhile
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
     request_id = gateway.request_id(headers)
-    span: RequestSpan | None = None
-    token = None
-    if observer is not None and observer.tracer.enabled:
-        span = observer.tracer.start_request(
-            headers, scope["method"], scope["path"], observer.telemetry.get(gateway.policy)
-        )
-        if span is not None:
-            token = REQUEST_SPAN.set(span)  # the pipeline picks it up
+    span = observer.start(compiled, headers, scope) if observer is not None else None
     call: Call | None = None
     outcome: BytesResult | StreamResult | GatewayError | None = None
     watch: ClientWatch | None = None
@@ -246,7 +280,12 @@ async def serve(
                 receive, headers, settings.hard_max_body_bytes, settings.body_read_timeout_s
             )
             watch = ClientWatch(receive)
-            call, outcome = await gateway.handle(endpoint, headers, raw, request_id)
+            try:
+                call = new_call(endpoint, headers, raw, compiled, request_id, time.perf_counter(), span)
+            except GatewayError as error:
+                gateway.metrics.count_request(endpoint.name.lower(), "-", status_of(error))
+                raise
+            outcome = await gateway.pipeline.run(call)
         except GatewayError as error:
             outcome = error
         except asyncio.CancelledError:
@@ -286,11 +325,9 @@ async def serve(
         try:
             if call is not None:
                 await call.finish(failure)  # after the last byte: settling never delays the response
-            if token is not None:
-                REQUEST_SPAN.reset(token)
             if observer is not None:
                 observer.finish(
-                    gateway,
+                    compiled,
                     span,
                     endpoint,
                     request_id,

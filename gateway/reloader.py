@@ -1,7 +1,8 @@
 """Hot reload of the policy: on file change (polled) and on SIGHUP.
 
-A new file that fails validation is refused and logged; the last good policy keeps serving. Each
-adopted policy is pushed to the listeners (the balancer, ...) before requests see it.
+Each policy is compiled once (``gateway.compiled``) when it loads. A new file that fails validation
+or compilation is refused and logged; the last good policy keeps serving. Each adopted policy is
+pushed to the listeners (the balancer, ...) before requests see it.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from gateway.compiled import CompiledPolicy, compile_policy
 from gateway.policy import Policy, PolicyError, load_policy
 
 logger = logging.getLogger("switchyard.policy")
 
-Listener = Callable[[Policy], None]
+Listener = Callable[[CompiledPolicy], None]
 
 
 class PolicyReloader:
@@ -31,11 +33,14 @@ class PolicyReloader:
         overlay: str | Path | None = None,
         poll_interval_s: float = 1.0,
         policy: Policy | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.path = Path(path)
         self.overlay = Path(overlay) if overlay else None
         self.poll_interval_s = poll_interval_s
-        self.policy = policy or load_policy(self.path, self.overlay)
+        self.environ: Mapping[str, str] = dict(os.environ if environ is None else environ)
+        """The process environment the policy compiles against (its ``SWITCHYARD_*`` overrides)."""
+        self.compiled = compile_policy(policy or load_policy(self.path, self.overlay), self.environ)
         self.listeners: list[Listener] = []
         self.num_reloads = 0
         self.num_refused = 0
@@ -43,10 +48,15 @@ class PolicyReloader:
         self._stamp = self._file_stamp()
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def policy(self) -> Policy:
+        """The serving policy, as written."""
+        return self.compiled.policy
+
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener`` with the current policy now and with every policy adopted later."""
         self.listeners.append(listener)
-        listener(self.policy)
+        listener(self.compiled)
 
     def _file_stamp(self) -> tuple[tuple[int, int, int], ...]:
         stamps = []
@@ -62,19 +72,23 @@ class PolicyReloader:
         """Load the files again; adopt the result if valid. True when a new policy was adopted."""
         self._stamp = self._file_stamp()
         try:
-            policy = load_policy(self.path, self.overlay)
+            compiled = compile_policy(load_policy(self.path, self.overlay), self.environ)
         except PolicyError as e:
             self.num_refused += 1
             self.last_error = str(e)
             logger.error("policy reload refused, the last good policy keeps serving: %s", e)
             return False
-        for listener in self.listeners:
-            listener(policy)
-        self.policy = policy
-        self.num_reloads += 1
-        self.last_error = None
+        self.adopt(compiled)
         logger.info("policy reloaded from %s", self.path)
         return True
+
+    def adopt(self, compiled: CompiledPolicy) -> None:
+        """Serve ``compiled`` from now on: the listeners first, then new requests."""
+        for listener in self.listeners:
+            listener(compiled)
+        self.compiled = compiled
+        self.num_reloads += 1
+        self.last_error = None
 
     async def _watch(self) -> None:
         seen = self._stamp

@@ -18,7 +18,7 @@ from typing import Protocol
 import aiohttp
 
 from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamProtocolError, UpstreamTimeout
-from gateway.policy import Timeouts
+from gateway.replicas.pools import Timeouts
 
 
 @contextmanager

@@ -192,7 +192,9 @@ def _train(args: argparse.Namespace) -> int:
             self.drop = torch.nn.Dropout(args.dropout)
             self.out = torch.nn.Linear(hidden, len(tiers))
 
-        def forward(self, idx: torch.Tensor, offsets: torch.Tensor, vals: torch.Tensor, dense: torch.Tensor):
+        def forward(
+            self, idx: torch.Tensor, offsets: torch.Tensor, vals: torch.Tensor, dense: torch.Tensor
+        ) -> torch.Tensor:
             h = self.embed(idx, offsets, per_sample_weights=vals) + self.dense(dense)
             return self.out(self.drop(torch.relu(h)))
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import urlsplit
 
-from gateway.policy import Policy, Replica
 from gateway.replicas.config import RoutingConfig
 from gateway.replicas.fallback import pool_order
+from gateway.replicas.pools import Pool, Replica
 from gateway.replicas.state import ReplicaState
 from gateway.replicas.strategies import ReplicaStrategy, build_strategy, is_usable
 
@@ -33,6 +34,16 @@ logger = logging.getLogger("switchyard.routing")
 
 LOAD_AWARE_SCRAPE_INTERVAL_S = 2.0
 """Scrape interval for a ``load_aware`` pool whose health config leaves scraping off."""
+
+
+class PoolsAndRouting(Protocol):
+    """What the balancer reads of a policy: its pools and its ``routing:`` section."""
+
+    @property
+    def pools(self) -> Mapping[str, Pool]: ...
+
+    @property
+    def routing(self) -> RoutingConfig: ...
 
 
 BreakerListener = Callable[[ReplicaState, str, str], None]
@@ -79,7 +90,7 @@ class Balancer:
 
     # -- policy
 
-    def update(self, policy: Policy) -> None:
+    def update(self, policy: PoolsAndRouting) -> None:
         """Adopt a new policy's pools and routing, keeping the state of replicas that remain."""
         routing = self._fixed_routing or getattr(policy, "routing", None) or RoutingConfig()
         states: dict[tuple[str, str, str], ReplicaState] = {}

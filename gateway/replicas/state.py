@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from gateway.policy import Replica
 from gateway.replicas.breaker import Breaker
 from gateway.replicas.config import HealthConfig
+from gateway.replicas.pools import Replica
 
 __all__ = ["ReplicaState"]
 

@@ -12,23 +12,13 @@ caller jump the queue: it is refused with a 400 ``priority_not_allowed`` unless 
 
 from __future__ import annotations
 
-from gateway.api_keys import MAX_KEY_LENGTH, KeyIndex
+from collections.abc import Mapping
+
+from gateway.api_keys import MAX_KEY_LENGTH
+from gateway.compiled import CompiledPolicy
 from gateway.errors import AuthenticationFailed, InvalidRequest
 from gateway.pipeline import Call
-from gateway.policy import ApiKey, Policy
-
-
-class KeyIndexCache:
-    """The ``KeyIndex`` of the policy a call runs under (rebuilt when the policy changes)."""
-
-    def __init__(self) -> None:
-        self._policy: Policy | None = None
-        self._index: KeyIndex | None = None
-
-    def get(self, policy: Policy) -> KeyIndex:
-        if self._policy is not policy or self._index is None:
-            self._index, self._policy = KeyIndex(policy), policy
-        return self._index
+from gateway.policy import ApiKey
 
 
 def bearer_token(header: str | None) -> str | None:
@@ -67,28 +57,29 @@ def check_priority(call: Call, key: ApiKey | None) -> None:
         )
 
 
-class Authenticate:
-    """Sets ``call.key`` and ``call.tenant``; refuses a ``priority`` the key may not set."""
-
-    name = "auth"
-
-    def __init__(self, keys: KeyIndexCache) -> None:
-        self.keys = keys
-
-    async def __call__(self, call: Call) -> None:
-        policy = call.policy
-        token = bearer_token(call.headers.get("authorization"))
-        key = self.keys.get(policy).lookup(token) if token is not None else None
-        if key is not None:
-            call.key, call.tenant = key, key.tenant
-            check_priority(call, key)
-            return
-        if not policy.auth.required:
-            call.tenant = policy.auth.anonymous_tenant
-            check_priority(call, None)
-            return
+def authenticate(compiled: CompiledPolicy, headers: Mapping[str, str]) -> ApiKey | None:
+    """The caller's key, or None for an anonymous caller the policy lets through;
+    AuthenticationFailed (401) otherwise. Every endpoint that needs a key asks this."""
+    token = bearer_token(headers.get("authorization"))
+    key = compiled.keys.lookup(token) if token is not None else None
+    if key is None and compiled.policy.auth.required:
         if token is None:
             raise AuthenticationFailed(
                 "You didn't provide an API key. Send it as `Authorization: Bearer <API key>`."
             )
         raise AuthenticationFailed("Incorrect API key provided.")
+    return key
+
+
+class Authenticate:
+    """Sets ``call.key`` and ``call.tenant``; refuses a ``priority`` the key may not set."""
+
+    name = "auth"
+
+    async def __call__(self, call: Call) -> None:
+        key = authenticate(call.compiled, call.headers)
+        if key is not None:
+            call.key, call.tenant = key, key.tenant
+        else:
+            call.tenant = call.policy.auth.anonymous_tenant
+        check_priority(call, key)

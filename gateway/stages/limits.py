@@ -22,11 +22,8 @@ from typing import Any
 
 from gateway.errors import GatewayError, RateLimited, ServiceUnavailable
 from gateway.pipeline import Call, Endpoint, Usage
-from gateway.policy import Policy, RateLimits
 from gateway.stores import (
     Admission,
-    BudgetRule,
-    LimitRule,
     Settlement,
     Store,
     StoreUnavailable,
@@ -35,39 +32,6 @@ from gateway.stores import (
 from gateway.tokens import TokenCounter
 
 logger = logging.getLogger("switchyard.limits")
-
-Rules = tuple[tuple[LimitRule, ...], tuple[BudgetRule, ...]]
-
-
-def _rule(scope: str, limits: RateLimits | None) -> LimitRule | None:
-    if limits is None or (
-        limits.requests_per_minute is None
-        and limits.tokens_per_minute is None
-        and limits.max_concurrent is None
-    ):
-        return None
-    return LimitRule(scope, limits.requests_per_minute, limits.tokens_per_minute, limits.max_concurrent)
-
-
-def rules_for(policy: Policy, call: Call) -> Rules:
-    """The limit and budget rules that apply to this call's key, tenant and pool."""
-    rules: list[LimitRule] = []
-    budgets: list[BudgetRule] = []
-    key = call.key
-    if key is not None:
-        if (rule := _rule(f"key:{key.key_id}", key.limits)) is not None:
-            rules.append(rule)
-        if key.budget is not None:
-            budgets.append(BudgetRule(f"key:{key.key_id}", key.budget.monthly_usd))
-    tenant = policy.tenants.get(call.tenant)
-    if tenant is not None:
-        if (rule := _rule("tenant", tenant.limits)) is not None:
-            rules.append(rule)
-        if call.pool is not None and (rule := _rule(f"pool:{call.pool}", tenant.pools.get(call.pool))):
-            rules.append(rule)
-        if tenant.budget is not None:
-            budgets.append(BudgetRule("tenant", tenant.budget.monthly_usd))
-    return tuple(rules), tuple(budgets)
 
 
 def month_of(now_s: float) -> str:
@@ -95,28 +59,12 @@ class EnforceLimits:
         self.store = store
         self.clock = clock
         self.on_reject = on_reject
-        self._rules_cache: dict[tuple[int, str | None, str, str | None], Rules] = {}
-        self._rules_policy: Policy | None = None
-        self._token_rules: set[tuple[LimitRule, ...]] = set()
-        """Rule sets with a tokens-per-minute limit (they reserve tokens up front)."""
-
-    def _rules(self, call: Call) -> Rules:
-        if self._rules_policy is not call.policy:
-            self._rules_cache.clear()
-            self._token_rules.clear()
-            self._rules_policy = call.policy
-        cache_key = (id(call.policy), call.key.sha256 if call.key else None, call.tenant, call.pool)
-        rules = self._rules_cache.get(cache_key)
-        if rules is None:
-            rules = self._rules_cache[cache_key] = rules_for(call.policy, call)
-            if any(rule.tokens_per_minute is not None for rule in rules[0]):
-                self._token_rules.add(rules[0])
-        return rules
 
     async def __call__(self, call: Call) -> None:
-        rules, budgets = self._rules(call)
+        caller = call.compiled.limits.for_caller(call.key, call.tenant, call.pool)
+        rules, budgets = caller.rules, caller.budgets
         reserve = 0
-        if rules in self._token_rules:
+        if caller.reserves_tokens:
             reserve = prompt_tokens(call) + max_output_tokens(call)
         now = self.clock()
         month = month_of(now)

@@ -13,31 +13,13 @@ import logging
 from typing import Any
 
 from gateway.cache.blobs import Blobs
+from gateway.compiled import CompiledPolicy
 from gateway.errors import ModelNotFound
 from gateway.pipeline import Call, Endpoint
-from gateway.policy import Policy
-from gateway.stages.auth import KeyIndexCache
-from gateway.tiers.classifier import Classifier, ClassifyInput, conversation_key
-from gateway.tiers.factory import build_classifier
+from gateway.tiers.classifier import ClassifyInput, conversation_key
 
 logger = logging.getLogger("switchyard.route")
 STICKY_TTL_S = 24 * 3600.0
-
-
-class ClassifierCache:
-    """The classifier of the policy a call runs under (built again only when the policy changes)."""
-
-    def __init__(self) -> None:
-        self._policy: Policy | None = None
-        self._classifier: Classifier | None = None
-
-    def get(self, policy: Policy) -> Classifier | None:
-        if policy.classifier is None:
-            return None
-        if self._policy is not policy or self._classifier is None:
-            self._classifier = build_classifier(policy.classifier, pools=list(policy.pools))
-            self._policy = policy
-        return self._classifier
 
 
 def _classify_input(call: Call) -> ClassifyInput:
@@ -67,27 +49,26 @@ class RouteModel:
 
     name = "route"
 
-    def __init__(self, keys: KeyIndexCache, classifiers: ClassifierCache, sticky: Blobs) -> None:
-        self.keys = keys
-        self.classifiers = classifiers
+    def __init__(self, sticky: Blobs) -> None:
         self.sticky = sticky
 
     async def __call__(self, call: Call) -> None:
-        policy = call.policy
+        compiled = call.compiled
+        policy = compiled.policy
         pool = policy.pool_for_model(call.model)
         if pool is None:
             raise ModelNotFound.for_model(call.model)
-        if pool == policy.auto_model and policy.classifier is not None:
-            pool = await self._classify(call, policy)
+        if pool == policy.auto_model and compiled.classifier is not None:
+            pool = await self._classify(call, compiled)
         else:
             call.route_reason = "pool" if pool == call.model else "alias"
-        if call.key is not None and not self.keys.get(policy).may_use(call.key, call.model, pool):
+        if call.key is not None and not compiled.keys.may_use(call.key, call.model, pool):
             raise ModelNotFound.for_model(call.model)  # OpenAI answers the same for "no access"
         call.pool = pool
         call.response_headers["x-switchyard-route-reason"] = call.route_reason or ""
 
-    async def _classify(self, call: Call, policy: Policy) -> str:
-        classifier = self.classifiers.get(policy)
+    async def _classify(self, call: Call, compiled: CompiledPolicy) -> str:
+        policy, classifier, keys = compiled.policy, compiled.classifier, compiled.keys
         assert classifier is not None and policy.classifier is not None
         sticky_key = None
         if policy.classifier.sticky_conversations and call.endpoint is Endpoint.CHAT:
@@ -105,8 +86,8 @@ class RouteModel:
                         return pool
         decision = classifier.classify(_classify_input(call))
         pool = decision.pool
-        if call.key is not None and not self.keys.get(policy).may_use(call.key, call.model, pool):
-            allowed = [p for p in policy.pools if self.keys.get(policy).may_use(call.key, call.model, p)]
+        if call.key is not None and not keys.may_use(call.key, call.model, pool):
+            allowed = [p for p in policy.pools if keys.may_use(call.key, call.model, p)]
             if allowed:  # the classifier's choice is out of this key's reach: its nearest allowed pool
                 pool = allowed[0]
         call.route_reason = (

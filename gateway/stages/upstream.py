@@ -35,10 +35,9 @@ from gateway.errors import (
     UpstreamProtocolError,
     UpstreamStatusError,
 )
-from gateway.pipeline import BytesResult, Call, StreamResult
+from gateway.pipeline import BytesResult, Call, StreamResult, UpstreamSpan
 from gateway.replicas.balancer import Balancer, ReplicaState
 from gateway.sse import DONE_EVENT, SSERelay, model_rewriter, read_body_usage, rewrite
-from gateway.telemetry.tracing import AttemptSpan
 from gateway.upstream_client import UpstreamClient, UpstreamResponse
 
 _encode = msgspec.json.encode
@@ -106,7 +105,7 @@ class CallUpstream:
                 {**options, "include_usage": True} if isinstance(options, dict) else {"include_usage": True}
             )
         headers = {"Content-Type": "application/json", "X-Request-Id": call.request_id, **state.headers}
-        attempt: AttemptSpan | None = None
+        attempt: UpstreamSpan | None = None
         if call.span is not None:  # traced: the replica continues this attempt's span
             attempt = call.span.start_attempt(call, replica.model, state.label, max(call.attempts, 1))
             headers["traceparent"] = attempt.traceparent
@@ -164,7 +163,7 @@ class CallUpstream:
             call.usage, call.finish_reasons = usage, finish_reasons
             call.result = BytesResult(200, rewrite(payload, replacements))
             if attempt is not None:
-                if call.span.config.capture_content:
+                if call.span is not None and call.span.captures_content:
                     attempt.record_output(_output_messages(payload))
                 attempt.end(call)
             return
@@ -226,7 +225,7 @@ async def _relay(
     chunks: AsyncIterator[bytes],
     relay: SSERelay,
     first: bytes,
-    attempt: AttemptSpan | None,
+    attempt: UpstreamSpan | None,
 ) -> AsyncIterator[bytes]:
     """The client's stream: the first events, then the rest as they arrive, then the end."""
     error: GatewayError | None = None

@@ -75,18 +75,3 @@ def telemetry_of(policy: Any, environ: Mapping[str, str] | None = None) -> Telem
         if raw:
             changes[field] = _flag(raw, var)
     return msgspec.structs.replace(config, **changes) if changes else config
-
-
-class TelemetryCache:
-    """``telemetry_of(policy)`` computed once per policy object (the hot path asks every request)."""
-
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        self._environ = dict(os.environ if environ is None else environ)
-        self._policy: object = None
-        self._config = DEFAULT
-
-    def get(self, policy: object) -> TelemetryConfig:
-        if policy is not self._policy:
-            self._config = telemetry_of(policy, self._environ)
-            self._policy = policy
-        return self._config

@@ -41,7 +41,6 @@ from gateway.errors import (
     UpstreamTimeout,
     status_of,
 )
-from gateway.telemetry.config import TelemetryCache
 
 if TYPE_CHECKING:
     from gateway.pipeline import Call
@@ -201,7 +200,6 @@ class Metrics:
         )
 
         self._children: dict[tuple[object, ...], Any] = {}
-        self._telemetry = TelemetryCache()
         if is_multiprocess():  # a worker's live gauges leave with it
             atexit.register(multiprocess.mark_process_dead, os.getpid())
 
@@ -212,6 +210,18 @@ class Metrics:
         if child is None:
             child = self._children[key] = self.requests.labels(endpoint, pool, str(status))
         child.inc()
+
+    def count_rejection(self, reason: str) -> None:
+        """A request the limits refused (``requests``, ``tokens``, ``concurrency``, ``budget``)."""
+        self.rate_limited.labels(reason).inc()
+
+    def count_store_fallback(self, reason: str) -> None:
+        """The store fell back to its local limiter (Redis failed) or came back."""
+        self.store_fallbacks.labels(reason).inc()
+
+    async def record(self, call: Call, error: GatewayError | None) -> None:
+        """The pipeline's finisher: ``record_call`` once the call is over."""
+        self.record_call(call, error)
 
     def count_upstream_error(self, pool: str, error: GatewayError) -> None:
         """One failed upstream attempt (``CallWithRetries``' ``on_attempt_error``: the attempts a
@@ -303,7 +313,7 @@ class Metrics:
             self.observe_stream(pool, now, call)
         if call.usage is not None:
             self.count_tokens(pool, call.usage.input_tokens, call.usage.output_tokens)
-            if self._telemetry.get(call.policy).tenant_labels:
+            if call.compiled.telemetry.tenant_labels:
                 self.tenant_tokens.labels(call.tenant, pool, "input").inc(call.usage.input_tokens)
                 self.tenant_tokens.labels(call.tenant, pool, "output").inc(call.usage.output_tokens)
 

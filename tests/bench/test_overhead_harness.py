@@ -20,7 +20,7 @@ from harness.wrk import WrkRun, run_wrk
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OVERHEAD = REPO_ROOT / "bench" / "overhead.py"
-GATEWAY_CLI = REPO_ROOT / "gateway" / "cli.py"
+GATEWAY_CLI = REPO_ROOT / "gateway" / "cli" / "serve.py"
 
 needs_tools = pytest.mark.skipif(
     shutil.which("wrk") is None or (shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists()),

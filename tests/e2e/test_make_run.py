@@ -20,7 +20,7 @@ from tests.support.redis_server import free_port
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
-"""A line in the gateway's log format (gateway.cli.LOG_FORMAT)."""
+"""A line in the gateway's log format (gateway.cli.logs.LOG_FORMAT)."""
 
 
 def test_gateway_run_with_the_local_engine(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ def test_reload_adopts_good_files_and_refuses_bad_ones(tmp_path: Path) -> None:
     assert not reloader.reload()
     assert reloader.policy.pool_for_model("gpt-new") == "small"
     assert "invalid YAML" in (reloader.last_error or "")
-    assert len(seen) == 2 and seen[0] is first and reloader.num_refused == 1
+    assert len(seen) == 2 and seen[0].policy is first and reloader.num_refused == 1
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ import httpx
 import pytest
 import redis
 
-from gateway.keys import hash_key
+from gateway.api_keys import hash_key
 from gateway.stages.limits import month_of
 from gateway.stores import CreditStore, FailoverStore, RedisStore, StoreUnavailable, UsageReport
 from tests.support.fake_upstream import FakeUpstream
@@ -43,7 +43,7 @@ URL_ENV = "SWITCHYARD_TEST_FAULTS_REDIS_URL"
 MAX_CONCURRENT = 64
 NUM_CLIENTS = 24
 LEASES = "sy:{t:acme}:conc:key:k"
-"""The key's concurrency set (gateway/stores/keys.py: ``sy:{t:<tenant>}:conc:<scope>``)."""
+"""The key's concurrency set (gateway/stores/key_names.py: ``sy:{t:<tenant>}:conc:<scope>``)."""
 OUTAGE_S = 1.5
 SLOW_ECHO_S = 0.3
 T = TypeVar("T")

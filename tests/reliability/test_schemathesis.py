@@ -17,7 +17,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from gateway.keys import hash_key, new_key
+from gateway.api_keys import hash_key, new_key
 from gateway.openapi import build_document
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway_server import GatewayServer, fake_policy, write_policy

@@ -12,12 +12,11 @@ import openai
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway.access_log import AccessLog
-from gateway.keys import KeyIndex, hash_key, key_stanza, new_key
+from gateway.api_keys import KeyIndex, hash_key, key_stanza, new_key
 from gateway.policy import PolicyError, parse_policy
 from gateway.proxy import Observer
-from gateway.telemetry_config import TelemetryCache
-from gateway.tracing import GatewayTracer
+from gateway.telemetry.access_log import AccessLog
+from gateway.telemetry.tracing import GatewayTracer
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
 
@@ -49,11 +48,8 @@ def test_keys_never_reach_logs_access_logs_spans_or_metrics(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     exporter, lines = InMemorySpanExporter(), []
-    guarded.app.observer = Observer(
-        GatewayTracer(exporter, export_each=True),
-        AccessLog(lines.append),
-        TelemetryCache({"SWITCHYARD_TRACE_SAMPLING_RATIO": "1", "SWITCHYARD_CAPTURE_CONTENT": "1"}),
-    )
+    guarded.app.observer = Observer(GatewayTracer(exporter, export_each=True), AccessLog(lines.append))
+    guarded.compile_with({"SWITCHYARD_TRACE_SAMPLING_RATIO": "1", "SWITCHYARD_CAPTURE_CONTENT": "1"})
     wrong = "sk-not-a-key-" + "z" * 20
     for key, model in ((USER, "small"), (USER, "fail"), (wrong, "small")):
         httpx.post(guarded.url + "/v1/chat/completions", json={**CHAT, "model": model}, headers=_auth(key))

@@ -18,6 +18,7 @@ import uvloop
 import yaml
 
 from gateway.app import create_app
+from gateway.compiled import compile_policy
 from gateway.http_protocol import guarded_protocol
 from gateway.settings import Settings
 from tests.support.redis_server import free_port
@@ -116,6 +117,20 @@ class GatewayServer:
         store has written what it batched (see ``Gateway.settle``)."""
         assert self.loop is not None, "not started"
         asyncio.run_coroutine_threadsafe(self.gateway.settle(), self.loop).result(timeout_s)
+        return self
+
+    def compile_with(self, environ: dict[str, str]) -> GatewayServer:
+        """Serve the same policy compiled against ``environ`` (its ``SWITCHYARD_*`` telemetry
+        overrides) instead of this process's environment, as a restart with that environment would."""
+        reloader = self.gateway.reloader
+
+        def adopt() -> None:
+            reloader.environ = environ
+            reloader.adopt(compile_policy(reloader.policy, environ))
+
+        assert self.loop is not None, "not started"
+        self.loop.call_soon_threadsafe(adopt)
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self.loop).result(10)  # adopt ran before it
         return self
 
     def stop(self) -> None:

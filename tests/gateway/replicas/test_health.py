@@ -10,10 +10,11 @@ import pytest
 from aiohttp import web
 
 from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
-from gateway.policy import Policy, Timeouts, parse_policy
+from gateway.policy import Policy, parse_policy
 from gateway.replicas.balancer import Balancer, ReplicaState
 from gateway.replicas.config import BalancerConfig, BreakerConfig, HealthConfig, RoutingConfig
 from gateway.replicas.health import HealthChecker, ReplicaLoad, parse_vllm_metrics
+from gateway.replicas.pools import Timeouts
 from gateway.upstream_client import AiohttpUpstreamClient, UpstreamResponse
 from tests.support.redis_server import free_port
 

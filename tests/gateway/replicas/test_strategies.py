@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gateway.policy import Replica
 from gateway.replicas.balancer import ReplicaState
 from gateway.replicas.breaker import Breaker
 from gateway.replicas.config import BalancerConfig, BreakerConfig
+from gateway.replicas.pools import Replica
 from gateway.replicas.strategies import (
     LeastOutstanding,
     LoadAware,

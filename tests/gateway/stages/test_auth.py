@@ -11,8 +11,8 @@ import openai
 import pytest
 
 from gateway.api_keys import hash_key, new_key
-from gateway.cli import ensure_dev_key
 from gateway.cli import main as cli_main
+from gateway.cli.local import ensure_dev_key
 from gateway.policy import PolicyError, load_policy
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway_server import GatewayServer, fake_policy, write_policy

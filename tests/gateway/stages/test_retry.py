@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.compiled import compile_policy
 from gateway.errors import (
     GatewayError,
     UpstreamConnectError,
@@ -147,7 +148,7 @@ async def _run(*errors: GatewayError, on_timeout: bool = False) -> tuple[Metrics
         _Upstream(*errors),  # type: ignore[arg-type]
         on_attempt_error=metrics.count_upstream_error,
     )
-    call = Call(Endpoint.CHAT, {"model": "p"}, {}, policy, "id", "p", pool="p")
+    call = Call(Endpoint.CHAT, {"model": "p"}, {}, compile_policy(policy), "id", "p", pool="p")
     error: GatewayError | None = None
     try:
         await stage(call)

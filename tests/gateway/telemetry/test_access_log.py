@@ -13,7 +13,6 @@ import pytest
 
 from gateway.proxy import Observer
 from gateway.telemetry.access_log import LOGGER_NAME, AccessLog, BufferedSink, default_sink
-from gateway.telemetry.config import TelemetryCache
 from gateway.telemetry.tracing import GatewayTracer
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
@@ -39,7 +38,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, upstream: FakeUpstream) ->
 
 def capture(gateway: GatewayServer, **env: str) -> list[bytes]:
     lines: list[bytes] = []
-    gateway.app.observer = Observer(GatewayTracer(None), AccessLog(lines.append), TelemetryCache(env))
+    gateway.app.observer = Observer(GatewayTracer(None), AccessLog(lines.append))
+    gateway.compile_with(env)
     return lines
 
 

@@ -78,20 +78,25 @@ def test_single_process_metrics_parse(policy_path: Path) -> None:
     assert samples(text)["switchyard_time_per_output_token_seconds_count{pool=small}"] == 1
 
 
-def test_tenant_labels_only_when_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tenant_labels_only_when_allowed() -> None:
+    from gateway.compiled import compile_policy
     from gateway.pipeline import Call, Endpoint, Usage
+    from gateway.policy import parse_policy
 
-    def finished_call() -> Call:
-        call = Call(Endpoint.CHAT, {}, {}, object(), "r1", "m", tenant="acme")  # type: ignore[arg-type]
+    replica = {"base_url": "http://h/v1", "model": "m"}
+    policy = parse_policy({"pools": {"small": {"replicas": [replica]}}}, "p")
+
+    def finished_call(**env: str) -> Call:
+        compiled = compile_policy(policy, env)
+        call = Call(Endpoint.CHAT, {}, {}, compiled, "r1", "m", tenant="acme")
         call.pool, call.usage = "small", Usage(3, 4)
         return call
 
     metrics = Metrics()
     metrics.record_call(finished_call(), None)
     assert b"switchyard_tenant_tokens_total{" not in metrics.render()
-    monkeypatch.setenv("SWITCHYARD_TENANT_LABELS", "1")
     metrics = Metrics()
-    metrics.record_call(finished_call(), None)
+    metrics.record_call(finished_call(SWITCHYARD_TENANT_LABELS="1"), None)
     assert (
         b'switchyard_tenant_tokens_total{direction="output",pool="small",tenant="acme"} 4.0'
         in metrics.render()

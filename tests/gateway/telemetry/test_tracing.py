@@ -19,7 +19,7 @@ from opentelemetry.trace import SpanKind
 from gateway.proxy import Observer
 from gateway.telemetry import semconv as sc
 from gateway.telemetry.access_log import AccessLog
-from gateway.telemetry.config import TelemetryCache, TelemetryConfig, telemetry_of
+from gateway.telemetry.config import TelemetryConfig, telemetry_of
 from gateway.telemetry.tracing import (
     GatewayTracer,
     JsonLinesSpanExporter,
@@ -62,9 +62,8 @@ class Traced:
 def observe(gateway: GatewayServer, **env: str) -> Traced:
     exporter = InMemorySpanExporter()
     lines: list[bytes] = []
-    gateway.app.observer = Observer(
-        GatewayTracer(exporter, export_each=True), AccessLog(lines.append), TelemetryCache(env)
-    )
+    gateway.app.observer = Observer(GatewayTracer(exporter, export_each=True), AccessLog(lines.append))
+    gateway.compile_with(env)
     return Traced(exporter, lines)
 
 

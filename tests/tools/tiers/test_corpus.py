@@ -8,11 +8,10 @@ import msgspec
 import pytest
 
 from gateway.tiers.config import DEFAULT_TIERS
+from tests.support.tier_corpus import SMALL_SOURCES
 from tools.tiers.corpus import REQUEST_WEIGHT, LabelledPrompt, build_corpus, corpus_main
 from tools.tiers.near_duplicates import near_duplicates_of
 from tools.tiers.sources import read_source
-
-from tests.support.tier_corpus import SMALL_SOURCES
 
 
 def test_corpus_rows(small_corpus: list[LabelledPrompt]) -> None:

@@ -1,0 +1,146 @@
+"""``switchyard``: serve the gateway, run it with a local engine, check policies, and more.
+
+switchyard run    [--policy FILE] [--engine-model smollm2-135m]   (what ``make run`` does)
+switchyard serve  [--policy FILE] [--host H] [--port P] [--workers N]
+switchyard policy check FILE...
+switchyard keys new --tenant T [--name N] [--admin]
+switchyard route explain "prompt" [--policy FILE]
+switchyard router train data.jsonl -o router.bin
+switchyard cost estimate (--requests-per-month N | --requests-per-day N) --tokens-per-request N ...
+
+``switchyard COMMAND --help`` says more about each.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+
+from gateway.cli import cost
+from gateway.cli.keys import keys_new
+from gateway.cli.local import dev_settings, run_local
+from gateway.cli.logs import configure_logging
+from gateway.cli.policy import policy_check
+from gateway.cli.serve import serve
+from gateway.settings import Settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(
+        policy_path=args.policy,
+        policy_overlay=args.overlay,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+    )
+
+
+def _serve_command(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    configure_logging(settings)
+    return serve(settings)
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    settings = dev_settings(_settings(args))
+    configure_logging(settings)
+    return run_local(settings, args.engine_model, start_engine=not args.no_engine)
+
+
+def _route_explain(argv: list[str]) -> int:
+    from gateway.cli.explain import explain_main
+
+    return explain_main(argv)
+
+
+def _router_train(argv: list[str]) -> int:
+    from gateway.cli.train import train_main  # the one place that imports torch
+
+    return train_main(argv)
+
+
+def _forward(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    to: Callable[[list[str]], int],
+    help: str,
+) -> None:
+    """A leaf whose module parses its own arguments (``--help`` too): it gets what follows ``name``."""
+    commands.add_parser(name, help=help, add_help=False).set_defaults(forward=to)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """Every command in one tree; each leaf sets ``handler`` (its arguments parsed) or ``forward``."""
+    parser = argparse.ArgumentParser(
+        prog="switchyard", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def server_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--policy", help="policy YAML (default: policies/default.yaml)")
+        p.add_argument("--overlay", help="overlay YAML merged on top (default: local.yaml beside it)")
+        p.add_argument("--host")
+        p.add_argument("--port", type=int)
+        p.add_argument("--workers", type=int)
+        p.add_argument("--log-level")
+
+    run = sub.add_parser("run", help="start the local reference engine, then the gateway (make run)")
+    server_args(run)
+    run.add_argument(
+        "--engine-model",
+        action="append",
+        help="a model for the local engine; repeat for several (default: those the policy's local "
+        "replicas name)",
+    )
+    run.add_argument("--no-engine", action="store_true", help="do not start the local engine")
+    run.set_defaults(handler=_run_command)
+    serve_p = sub.add_parser("serve", help="serve the gateway")
+    server_args(serve_p)
+    serve_p.set_defaults(handler=_serve_command)
+
+    policy = sub.add_parser("policy", help="policy tools").add_subparsers(
+        dest="policy_command", required=True
+    )
+    check = policy.add_parser("check", help="validate policy files without serving")
+    check.add_argument("files", nargs="+")
+    check.set_defaults(handler=lambda args: policy_check(args.files))
+
+    keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
+    keys_new_p = keys.add_parser("new", help="print a fresh key once, plus the policy stanza with its hash")
+    keys_new_p.add_argument("--tenant", required=True)
+    keys_new_p.add_argument("--name")
+    keys_new_p.add_argument("--admin", action="store_true", help="may read /v1/usage")
+    keys_new_p.set_defaults(handler=lambda args: keys_new(args.tenant, args.name, args.admin))
+
+    route = sub.add_parser("route", help="where model: auto goes").add_subparsers(
+        dest="route_command", required=True
+    )
+    _forward(route, "explain", _route_explain, help='which pool `model: "auto"` would pick, and why')
+    router = sub.add_parser("router", help="the learned tier classifier: train it")
+    router_commands = router.add_subparsers(dest="router_command", required=True)
+    _forward(router_commands, "train", _router_train, help="train it on JSONL (the only torch import)")
+
+    cost_doc = cost.__doc__ or ""
+    cost_p = sub.add_parser("cost", help="capacity and cost", description=cost_doc.split("\n\n")[0])
+    estimate = cost_p.add_subparsers(dest="cost_command", required=True).add_parser(
+        "estimate",
+        help="monthly GPU cost of a workload",
+        description=cost_doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cost.add_estimate_arguments(estimate)
+    estimate.set_defaults(handler=cost.estimate_main)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: the process's) and run the command; its return value is the exit code."""
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    forward = getattr(args, "forward", None)
+    if forward is not None:
+        return int(forward(rest))
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return int(args.handler(args))

@@ -1,0 +1,145 @@
+"""``switchyard serve``: the gateway under uvicorn, and the banner (the two ``export`` lines) printed once
+it answers."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from typing import TYPE_CHECKING, Any
+
+from gateway.cli.logs import logging_config
+from gateway.policy import Policy, PolicyError, load_policy
+from gateway.settings import Settings
+
+if TYPE_CHECKING:
+    import uvicorn
+
+
+def wait_http_ok(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
+    """Poll ``url`` until it answers 200 (True), ``timeout_s`` passes or ``proc`` exits (False)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def _banner(settings: Settings, api_key: str | None) -> str:
+    """The ready lines; with ``api_key`` None (auth required, no key known here) the key line says how
+    to get one instead of printing a key the gateway would refuse."""
+    url = f"http://{settings.host}:{settings.port}"
+    access_log = f" (access log: {settings.access_log_file})" if settings.access_log_file else ""
+    key_line = (
+        f"export OPENAI_API_KEY={api_key}\n"
+        if api_key is not None
+        else "export OPENAI_API_KEY=...   # auth is on: one of the policy's keys "
+        "(`switchyard keys new --tenant NAME` makes one)\n"
+    )
+    return (
+        f"Switchyard is ready on {url}{access_log}. Paste into a shell:\n"
+        f"export OPENAI_BASE_URL={url}/v1\n" + key_line
+    )
+
+
+def _print(banner: str) -> None:
+    sys.stdout.write(banner)
+    sys.stdout.flush()
+
+
+def _announce_when_ready(settings: Settings, banner: str) -> None:
+    """Several workers start on their own: print the banner at the first answer of ``/healthz``."""
+
+    def wait() -> None:
+        if wait_http_ok(f"http://{settings.host}:{settings.port}/healthz", 120):
+            _print(banner)
+
+    threading.Thread(target=wait, daemon=True).start()
+
+
+def _announcing_server(config: uvicorn.Config, banner: str) -> uvicorn.Server:
+    """uvicorn's server, which prints the banner once it listens: after its own start-up lines."""
+    import uvicorn
+
+    class AnnouncingServer(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                _print(banner)
+
+    return AnnouncingServer(config)
+
+
+def _quiet_single_process_salt(settings: Settings, policy: Policy) -> None:
+    """One process and no shared store: a salt secret made here is the only one there is, so set it
+    rather than have the pick stage warn, on the first request, that replicas' salts could differ."""
+    secret_env, store_env = policy.cache.affinity.salt_secret_env, policy.store.url_env
+    is_shared = settings.workers > 1 or bool(store_env and os.environ.get(store_env))
+    if secret_env and not is_shared and not os.environ.get(secret_env):
+        os.environ[secret_env] = secrets.token_hex(16)
+
+
+def serve(settings: Settings, *, api_key: str | None = None) -> int:
+    """Run the gateway with uvicorn on uvloop and httptools (about 1.5x asyncio + h11); print the
+    banner (the two ``export`` lines) once it answers."""
+    import uvicorn
+
+    try:
+        policy = load_policy(settings.policy_path, settings.overlay_path)
+    except PolicyError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for name, value in (
+        ("POLICY_PATH", settings.policy_path),
+        ("POLICY_OVERLAY", settings.overlay_path),
+        ("HOST", settings.host),
+        ("PORT", str(settings.port)),
+        ("LOG_LEVEL", settings.log_level),
+    ):
+        os.environ[f"SWITCHYARD_{name}"] = value
+    options: dict[str, Any] = dict(
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="gateway.http_protocol:GuardedHttpToolsProtocol",  # httptools + a request-header deadline
+        access_log=False,
+        log_config=logging_config(settings),
+        log_level=settings.log_level,
+        lifespan="on",
+        timeout_keep_alive=30,
+        timeout_graceful_shutdown=settings.drain_timeout_s,
+        backlog=4096,
+    )
+    if api_key is None and not policy.auth.required:
+        api_key = "sk-anything"  # any key passes; the SDK insists on one
+    banner = _banner(settings, api_key)
+    if settings.workers > 1:
+        # every worker's metrics in one /metrics: prometheus_client's multiprocess mode, set up
+        # before the workers import it
+        from gateway.telemetry.metrics import prepare_multiprocess
+
+        prepare_multiprocess(tempfile.mkdtemp(prefix="switchyard-metrics-"))
+        _announce_when_ready(settings, banner)
+        uvicorn.run("gateway.app:create_app", workers=settings.workers, **options)
+        return 0
+    _quiet_single_process_salt(settings, policy)
+    server = _announcing_server(uvicorn.Config("gateway.app:create_app", **options), banner)
+    try:
+        server.run()
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn re-raises it after its graceful shutdown
+        pass
+    return 0

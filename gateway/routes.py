@@ -1,0 +1,151 @@
+"""The endpoints beside the proxied API: models, usage, health, readiness and metrics (Litestar).
+
+Each answers in OpenAI's shape, errors included (``render``); Litestar's own errors (an unknown
+route, a wrong method) are turned into the same shape by :func:`http_exception`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any
+
+import msgspec
+from litestar import MediaType, Request, Response, get
+from litestar.exceptions import HTTPException
+from litestar.handlers import HTTPRouteHandler
+
+from gateway.compiled import model_card
+from gateway.errors import (
+    BodyTooLarge,
+    GatewayError,
+    InvalidRequest,
+    MethodNotAllowed,
+    ModelNotFound,
+    NotFound,
+    PermissionDenied,
+    ServiceUnavailable,
+    render,
+)
+from gateway.runtime import Gateway
+from gateway.stages.auth import authenticate
+from gateway.stages.limits import month_of
+from gateway.stores import StoreUnavailable
+
+__all__ = ["api_routes", "http_exception", "unexpected"]
+
+logger = logging.getLogger("switchyard.gateway")
+_encode = msgspec.json.encode
+_MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
+
+
+def _error_response(error: GatewayError) -> Response[bytes]:
+    status, body, headers = render(error)
+    return Response(
+        content=body, status_code=status, media_type=MediaType.JSON, headers={"x-request-id": "-", **headers}
+    )
+
+
+def api_routes(gateway: Gateway) -> list[HTTPRouteHandler]:
+    """The Litestar route handlers, bound to ``gateway``."""
+
+    @get("/v1/models")
+    async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
+        compiled = gateway.compiled
+        try:
+            key = authenticate(compiled, request.headers)
+        except GatewayError as error:
+            return _error_response(error)
+        return Response(content=compiled.models_body_for(key), media_type=MediaType.JSON)
+
+    @get("/v1/models/{model_id:path}")
+    async def retrieve_model(request: Request[Any, Any, Any], model_id: str) -> Response[bytes]:
+        model_id = model_id.lstrip("/")
+        compiled = gateway.compiled
+        try:
+            key = authenticate(compiled, request.headers)
+            pool = compiled.policy.pool_for_model(model_id)
+            if pool is None or (key is not None and not compiled.keys.may_use(key, model_id, pool)):
+                raise ModelNotFound.for_model(model_id)
+        except GatewayError as error:
+            return _error_response(error)
+        return Response(content=_encode(model_card(model_id)), media_type=MediaType.JSON)
+
+    @get("/v1/usage")
+    async def usage(request: Request[Any, Any, Any]) -> Response[bytes]:
+        """Spend and tokens per tenant, key and pool for a month (``?month=2026-11``); admin keys only."""
+        try:
+            key = authenticate(gateway.compiled, request.headers)
+            if key is None or not key.admin:
+                raise PermissionDenied("Reading usage needs an admin key.", code="admin_key_required")
+            month = request.query_params.get("month") or month_of(time.time())
+            if not _MONTH.match(month):
+                raise InvalidRequest("month: expected YYYY-MM.", param="month")
+            tenant = request.query_params.get("tenant")
+            report = await gateway.store.usage(month, tenant)
+        except StoreUnavailable:
+            return _error_response(
+                ServiceUnavailable(
+                    "Usage store unavailable.", code="store_unavailable", headers={"Retry-After": "1"}
+                )
+            )
+        except GatewayError as error:
+            return _error_response(error)
+        return Response(content=_encode(report), media_type=MediaType.JSON)
+
+    @get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @get("/readyz")
+    async def readyz() -> Response[bytes]:
+        checks = {
+            "policy": True,
+            "store": await gateway.store.ping(),
+            "replica": gateway.balancer.has_healthy(),
+        }
+        ready = all(checks.values())
+        return Response(
+            content=_encode({"status": "ready" if ready else "not ready", "checks": checks}),
+            status_code=200 if ready else 503,
+            media_type=MediaType.JSON,
+        )
+
+    @get("/metrics")
+    async def metrics_endpoint() -> Response[bytes]:
+        gateway.balancer.breaker_states()  # lets breakers whose open time passed turn half-open
+        gateway.metrics.update_replicas(gateway.balancer.all_replicas())
+        # the content type already names its charset; Litestar would append a second one to a text/ type
+        return Response(
+            content=gateway.metrics.render(), headers={"content-type": gateway.metrics.content_type}
+        )
+
+    return [list_models, usage, retrieve_model, healthz, readyz, metrics_endpoint]
+
+
+def http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
+    """Litestar's own errors (unknown route, wrong method, body too big) in OpenAI's shape."""
+    error: GatewayError
+    if exc.status_code == 404:
+        error = NotFound(f"Unknown request URL: {request.method} {request.url.path}.")
+    elif exc.status_code == 405:
+        allow = (exc.headers or {}).get("allow")  # Litestar names the route's methods
+        error = MethodNotAllowed(
+            f"Method {request.method} is not allowed for {request.url.path}.",
+            headers={"Allow": allow} if allow else None,
+        )
+    elif exc.status_code == 413:
+        error = BodyTooLarge("Request body is too large.")
+    elif exc.status_code < 500:
+        error = InvalidRequest(str(exc.detail))
+    else:
+        error = GatewayError(str(exc.detail))
+    status, body, headers = render(error)
+    return Response(content=body, status_code=status, media_type=MediaType.JSON, headers=headers)
+
+
+def unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+    logger.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    status, body, headers = render(GatewayError("The server had an error processing your request."))
+    return Response(content=body, status_code=status, media_type=MediaType.JSON, headers=headers)

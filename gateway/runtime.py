@@ -1,0 +1,87 @@
+"""The gateway's runtime: the long-lived parts every request uses, built once per process.
+
+``Gateway`` holds the policy source (``reloader``: the compiled policy a request starts under), the
+store of limits and usage, the caches, the replica balancer and its health checker, the upstream
+client, the metrics, the pipeline, and the count of requests whose work is not over. It serves
+nothing itself: ``gateway.proxy`` owns a request's path, ``gateway.routes`` the other endpoints,
+and ``gateway.app`` assembles them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Mapping
+
+from gateway.compiled import CompiledPolicy
+from gateway.inflight import InFlight
+from gateway.pipeline import Pipeline
+from gateway.policy import Policy
+from gateway.reloader import PolicyReloader
+from gateway.replicas.balancer import Balancer
+from gateway.replicas.health import HealthChecker
+from gateway.settings import Settings
+from gateway.shared_state import Caches
+from gateway.stores import Store
+from gateway.telemetry.metrics import Metrics
+from gateway.upstream_client import UpstreamClient
+
+__all__ = ["Gateway"]
+
+
+class Gateway:
+    """The serving policy, replica state, store, caches, upstream client, metrics and pipeline."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        client: UpstreamClient,
+        reloader: PolicyReloader,
+        metrics: Metrics,
+        store: Store,
+        caches: Caches,
+        balancer: Balancer,
+        pipeline: Pipeline,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.reloader = reloader
+        self.metrics = metrics
+        self.store = store
+        self.caches = caches
+        self.balancer = balancer
+        self.health = HealthChecker(balancer, client)
+        self.pipeline = pipeline
+        self.inflight = InFlight()
+        """Proxied requests whose response or after-response work is not over (gateway.proxy counts)."""
+        self._ids = itertools.count(1)
+        self._id_prefix = os.urandom(6).hex()
+        reloader.subscribe(lambda compiled: balancer.update(compiled.policy))
+        reloader.subscribe(self._count_reload)
+
+    @property
+    def compiled(self) -> CompiledPolicy:
+        """The policy new requests start under."""
+        return self.reloader.compiled
+
+    @property
+    def policy(self) -> Policy:
+        return self.reloader.compiled.policy
+
+    def _count_reload(self, compiled: CompiledPolicy) -> None:
+        self.metrics.policy_reloads.labels("adopted").inc()
+
+    async def settle(self) -> None:
+        """Wait until every open request's after-response work has run, then have the store write what
+        it batched: from then on the store, caches and metrics show every request answered so far.
+        (A drain before shutdown; tests call it instead of guessing how long that work takes.)"""
+        await self.inflight.wait_idle()
+        await self.store.flush()
+
+    def request_id(self, headers: Mapping[str, str]) -> str:
+        """The client's ``x-request-id`` when it is sane, else a fresh one (a counter, not a uuid)."""
+        given = headers.get("x-request-id")
+        if given and len(given) <= 128 and given.isascii() and given.isprintable():
+            return given
+        return f"{self._id_prefix}{next(self._ids):x}"

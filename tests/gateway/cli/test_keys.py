@@ -1,0 +1,21 @@
+"""gateway/cli/keys.py: a key shown once, and a stanza that holds only its hash."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from gateway.api_keys import hash_key
+from gateway.cli.keys import keys_new
+
+
+@pytest.mark.parametrize("admin", [False, True])
+def test_the_stanza_pastes_under_keys_with_the_hash_only(
+    admin: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert keys_new("acme", None, admin) == 0
+    shown, _, stanza = capsys.readouterr().out.partition("Add under `keys:` in your policy:\n")
+    key = shown.split("store it now): ")[1].strip()
+    entry = {"sha256": hash_key(key), "tenant": "acme", **({"admin": True} if admin else {})}
+    assert yaml.safe_load(stanza) == [entry]
+    assert key not in stanza

@@ -34,6 +34,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports  # layers, no cycles, backends never import gateway (pyproject.toml)
 	$(PY) -m mypy
 
 bench: $(STAMP)

@@ -22,6 +22,7 @@ from gateway.pipeline import Pipeline
 from gateway.proxy import ProxyApp
 from gateway.reloader import PolicyReloader
 from gateway.replicas.balancer import Balancer
+from gateway.replicas.client import AiohttpUpstreamClient, UpstreamClient
 from gateway.routes import api_routes, http_exception, unexpected
 from gateway.runtime import Gateway
 from gateway.settings import Settings
@@ -36,7 +37,6 @@ from gateway.stages.route import RouteModel
 from gateway.stages.upstream import CallUpstream
 from gateway.stores import Store, StoreUnavailable
 from gateway.telemetry.metrics import Metrics
-from gateway.upstream_client import AiohttpUpstreamClient, UpstreamClient
 
 logger = logging.getLogger("switchyard.gateway")
 # uvicorn has let open connections finish before shutdown starts: what is left is their settling

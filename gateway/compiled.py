@@ -19,7 +19,7 @@ import msgspec
 from gateway.api_keys import KeyIndex
 from gateway.limit_rules import LimitRules
 from gateway.policy import ApiKey, Policy, PolicyError
-from gateway.telemetry.config import TelemetryConfig, telemetry_of
+from gateway.policy.telemetry import TelemetryConfig, telemetry_of
 from gateway.tiers.classifier import Classifier, ClassifierLoadError
 from gateway.tiers.factory import build_classifier
 

@@ -19,12 +19,12 @@ from gateway.pipeline import Pipeline
 from gateway.policy import Policy
 from gateway.reloader import PolicyReloader
 from gateway.replicas.balancer import Balancer
+from gateway.replicas.client import UpstreamClient
 from gateway.replicas.health import HealthChecker
 from gateway.settings import Settings
 from gateway.shared_state import Caches
 from gateway.stores import Store
 from gateway.telemetry.metrics import Metrics
-from gateway.upstream_client import UpstreamClient
 
 __all__ = ["Gateway"]
 

@@ -16,9 +16,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from backends.engine.errors import EngineDeadError, QueueFullError
-from backends.engine.llm_engine import EngineStats, LLMEngine
+from backends.engine.llm_engine import LLMEngine
 from backends.engine.outputs import RequestOutput
 from backends.engine.sampling_params import SamplingParams
+from backends.engine.stats import EngineStats
 
 log = logging.getLogger(__name__)
 

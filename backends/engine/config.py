@@ -1,4 +1,4 @@
-"""Engine configuration (frozen, built once) and the KV-cache sizing derived from it."""
+"""Engine configuration (frozen, built once); the KV-cache sizing derived from it is ``kv_sizing.py``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 class EngineConfig:
     """How to load and run one model.
 
-    Derived values (the number of KV blocks, the effective max_model_len) live in ``CacheLayout`` and on
-    the engine, never written back here.
+    Derived values (the number of KV blocks, the effective max_model_len) live in ``KVCachePlan``
+    (``kv_sizing.py``) and on the engine, never written back here.
     """
 
     model: str

@@ -1,4 +1,9 @@
-"""The synchronous engine: ``step()`` is schedule -> run -> postprocess."""
+"""The synchronous engine: ``step()`` is schedule -> run -> postprocess.
+
+The scheduler picks the step's tokens and books its results (``Scheduler.postprocess``); the model
+runner computes the step's logits over the KV cache ``kv_sizing`` planned; the engine in between owns the
+requests: it tokenizes them, samples, and turns their sequences into ``RequestOutput``s.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +12,23 @@ import logging
 import os
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from backends.engine.config import MAX_DEFAULT_MODEL_LEN, EngineConfig
 from backends.engine.cpu_allocator import keep_freed_memory
-from backends.engine.kv_groups import KVBlocks, KVPoolSizes, build_kv_blocks, plan_kv_pools
+from backends.engine.kv_groups import KVBlocks, build_kv_blocks
+from backends.engine.kv_sizing import plan_kv_cache
 from backends.engine.loader import LoadedModel, ModelLoader, load_model
-from backends.engine.model_config import ModelConfig
 from backends.engine.model_runner import ModelRunner
 from backends.engine.models import build_model
-from backends.engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
-from backends.engine.sampler import Sampler
+from backends.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from backends.engine.sampler import Sampler, SampleResult
 from backends.engine.sampling_params import SamplingParams
 from backends.engine.scheduler import Scheduler, SchedulerOutput
 from backends.engine.sequence import Sequence, SequenceStatus
+from backends.engine.stats import EngineStats
 from backends.engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 log = logging.getLogger(__name__)
@@ -30,20 +36,7 @@ log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-@dataclass(frozen=True)
-class EngineStats:
-    """A snapshot for /metrics and admission control."""
-
-    num_running: int
-    num_waiting: int
-    kv_cache_usage: float
-    num_blocks_total: int
-    num_blocks_free: int
-    prefix_cache_queries: int
-    prefix_cache_hits: int
-    num_preemptions: int
-    num_generated_tokens: int
-    num_prompt_tokens: int
+__all__ = ["EngineStats", "LLMEngine"]
 
 
 @dataclass
@@ -52,8 +45,6 @@ class _Request:
     prompt_token_ids: list[int]
     params: SamplingParams
     seqs: list[Sequence]
-    is_forked: bool = False
-    touched: bool = field(default=False)
     first_scheduled_s: float | None = None
 
 
@@ -83,43 +74,48 @@ class LLMEngine:
         model.load_weights((name, t.to(dtype)) for name, t in loaded.weights)
         model.eval()
         model.prepack(config.max_num_seqs)  # decode-sized batches are the common step
-        window = cfg.attention_window(self.max_model_len)
-        sizes = self._kv_pool_sizes(dtype, window if config.free_window_blocks else None)
+        plan = plan_kv_cache(cfg, config, self.device, dtype, self.max_model_len)
         elapsed_s = time.monotonic() - started
         log.info(
             "model %s loaded in %.1f s: KV blocks of %d tokens: %s",
             self.model_name,
             elapsed_s,
             config.block_size,
-            sizes,
+            plan.sizes,
         )
-        freeable = _freeable_window(cfg, self.max_model_len) if config.free_window_blocks else None
         self.block_manager: KVBlocks = build_kv_blocks(
-            sizes,
+            plan.sizes,
             config.block_size,
             enable_prefix_caching=config.enable_prefix_caching,
-            window=window or 0,
-            single_pool_window=freeable,
+            window=plan.window or 0,
+            single_pool_window=plan.single_pool_window,
         )
         self.scheduler = Scheduler(
             self.block_manager,
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
+            eos_token_id=self.tokenizer.eos_token_id,
+            max_model_len=self.max_model_len,
+            token_text=self.tokenizer.token_text,
         )
         self.runner = ModelRunner(
             model,
-            num_blocks=sizes.num_blocks,
-            num_sliding_blocks=sizes.num_sliding_blocks,
+            num_blocks=plan.sizes.num_blocks,
+            num_sliding_blocks=plan.sizes.num_sliding_blocks,
             block_size=config.block_size,
-            sliding_window=window,
+            sliding_window=plan.window,
         )
         self.sampler = Sampler()
         self.requests: dict[str, _Request] = {}
         self._rng = random.Random(config.seed)
         self._seq_ids = itertools.count()
         self._arrivals = itertools.count()
-        self.num_generated_tokens = 0
         self.num_prompt_tokens = 0
+
+    @property
+    def num_generated_tokens(self) -> int:
+        """Tokens sampled since start-up (the scheduler appends them)."""
+        return self.scheduler.num_generated_tokens
 
     # -- requests ------------------------------------------------------------------------------------
     def tokenize_prompt(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
@@ -176,9 +172,9 @@ class LLMEngine:
             if not params.is_greedy:
                 seed = self._rng.getrandbits(62) if params.seed is None else params.seed + seq.index
                 seq.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self.requests[request_id] = _Request(request_id, ids, params, seqs, is_forked=params.n == 1)
+        self.requests[request_id] = _Request(request_id, ids, params, seqs)
         self.num_prompt_tokens += len(ids)
-        self.scheduler.add(seqs[0])  # the other n-1 fork from it once its prompt is computed
+        self.scheduler.add(seqs[0], forks=seqs[1:])  # the other n-1 fork from it once its prompt is computed
 
     def abort_request(self, request_id: str) -> None:
         req = self.requests.pop(request_id, None)
@@ -193,17 +189,13 @@ class LLMEngine:
     # -- the step ------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         sched = self.scheduler.schedule()
-        scheduled_s = time.perf_counter()  # after the pick: never before a request was submitted
-        for item in sched.scheduled:
-            req = self.requests.get(item.seq.request_id)
-            if req is not None and req.first_scheduled_s is None:
-                req.first_scheduled_s = scheduled_s  # its queue wait ends here
-        for seq in sched.finished:
-            self._finish_request_if_done(seq)
+        self._mark_scheduled(sched)
         touched = {seq.request_id for seq in sched.finished}
         if sched.scheduled:
             try:
-                touched |= self._run(sched)
+                result = self._run(sched)
+                sampled = self.scheduler.postprocess(sched.scheduled, result)
+                touched |= {seq.request_id for seq in sampled}
             except Exception as exc:  # a failed forward fails its batch, never the engine
                 log.exception("engine step failed")
                 for item in sched.scheduled:
@@ -212,62 +204,18 @@ class LLMEngine:
                     touched.add(item.seq.request_id)
         return [self._output(rid) for rid in touched if rid in self.requests]
 
-    def _run(self, sched: SchedulerOutput) -> set[str]:
+    def _mark_scheduled(self, sched: SchedulerOutput) -> None:
+        scheduled_s = time.perf_counter()  # after the pick: never before a request was submitted
+        for item in sched.scheduled:
+            req = self.requests.get(item.seq.request_id)
+            if req is not None and req.first_scheduled_s is None:
+                req.first_scheduled_s = scheduled_s  # its queue wait ends here
+
+    def _run(self, sched: SchedulerOutput) -> SampleResult | None:
+        """The step's forward pass, and a token for each sequence whose last chunk it computed."""
         logits = self.runner.run(sched.scheduled)
         sampling = [item.seq for item in sched.scheduled if item.is_last_chunk]
-        result = self.sampler(logits, sampling) if sampling else None
-        for item in sched.scheduled:
-            item.seq.num_computed_tokens += item.num_new_tokens
-            self.block_manager.cache_full_blocks(item.seq)
-            self.block_manager.free_out_of_window(item.seq)  # no-op unless a window frees a pool
-        if result is None:
-            return set()
-        for seq, token, lp in zip(sampling, result.token_ids, result.logprobs, strict=True):
-            req = self.requests[seq.request_id]
-            if not req.is_forked:
-                self._fork(req)
-            self._append_token(seq, token, lp)
-        return {seq.request_id for seq in sampling}
-
-    def _fork(self, req: _Request) -> None:
-        """Children share the parent's full prompt blocks and compute only the tail."""
-        parent = req.seqs[0]
-        for child in req.seqs[1:]:
-            self.block_manager.fork(parent, child)
-            self.scheduler.add_running(child)
-        req.is_forked = True
-
-    def _append_token(
-        self, seq: Sequence, token: int, lp: tuple[float, list[tuple[int, float]]] | None
-    ) -> None:
-        seq.token_ids.append(token)
-        self.num_generated_tokens += 1
-        if seq.logprobs is not None and lp is not None:
-            text_of = self.tokenizer.token_text
-            chosen = Logprob(token, lp[0], text_of(token))
-            seq.logprobs.append((chosen, [Logprob(t, v, text_of(t)) for t, v in lp[1]]))
-        new_text = seq.detokenizer.step(seq.token_ids)
-        seq.text += new_text
-        reason = self._stop_reason(seq, token, new_text)
-        if reason is not None:
-            self._finish(seq, reason)
-
-    def _stop_reason(self, seq: Sequence, token: int, new_text: str) -> str | None:
-        p = seq.params
-        if (token == self.tokenizer.eos_token_id and not p.ignore_eos) or token in p.stop_token_ids:
-            return "stop"
-        if p.stop and new_text:
-            window = len(new_text) + max(len(s) for s in p.stop) - 1
-            start = max(0, len(seq.text) - window)
-            hits = [i for i in (seq.text.find(s, start) for s in p.stop) if i >= 0]
-            if hits:
-                seq.text = seq.text[: min(hits)]
-                return "stop"
-        if p.max_tokens is not None and seq.num_output_tokens >= p.max_tokens:
-            return "length"
-        if seq.num_tokens >= self.max_model_len:
-            return "length"
-        return None
+        return self.sampler(logits, sampling) if sampling else None
 
     def _finish(self, seq: Sequence, reason: str) -> None:
         if seq.is_finished:
@@ -277,20 +225,6 @@ class LLMEngine:
         else:  # an n > 1 child that never forked
             seq.status = SequenceStatus.FINISHED
             seq.finish_reason = reason
-        self._finish_request_if_done(seq)
-
-    def _finish_request_if_done(self, seq: Sequence) -> None:
-        req = self.requests.get(seq.request_id)
-        if req is None:
-            return
-        if not req.is_forked and seq.is_finished:  # the parent ended before forking: so do its children
-            for child in req.seqs[1:]:
-                child.status, child.finish_reason, child.error = (
-                    SequenceStatus.FINISHED,
-                    seq.finish_reason,
-                    seq.error,
-                )
-            req.is_forked = True
 
     def _output(self, request_id: str) -> RequestOutput:
         req = self.requests[request_id]
@@ -353,41 +287,8 @@ class LLMEngine:
         """Block-pool consistency against every live sequence (tests call this after each step)."""
         self.block_manager.check_invariants(self.scheduler.live_seqs)
 
-    def _kv_pool_sizes(self, dtype: torch.dtype, window: int | None) -> KVPoolSizes:
-        """Blocks of one pool, or of the full and sliding layers' pools (``plan_kv_pools`` splits)."""
-        budget = self.config.kv_cache_bytes
-        if budget is None:
-            if self.device.type == "cuda":
-                free_bytes = torch.cuda.mem_get_info(self.device)[0]
-            else:
-                free_bytes = _available_host_bytes()
-            budget = int(free_bytes * self.config.kv_cache_fraction)
-        dtype_bytes = torch.finfo(dtype).bits // 8
-        return plan_kv_pools(self.model_config, self.config, budget, dtype_bytes, window, self.max_model_len)
-
-
-def _freeable_window(cfg: ModelConfig, max_model_len: int) -> int | None:
-    """The window whose passed blocks a single pool may free: only when every layer slides (a model with
-    full layers too gets two groups instead, and its sliding group frees)."""
-    window = cfg.attention_window(max_model_len)
-    if window is None or cfg.layer_types is None:
-        return window
-    return window if all(t == "sliding_attention" for t in cfg.layer_types) else None
-
 
 def _resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
-
-
-def _available_host_bytes() -> int:
-    """MemAvailable from /proc/meminfo (free plus reclaimable cache); free pages where it is absent."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

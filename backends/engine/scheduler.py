@@ -6,15 +6,26 @@ waiting ones in (priority, arrival) order. When blocks run out, the lowest-prior
 preempted by recompute: its blocks are freed and it waits again (its prefix is usually still cached).
 When the pool frees what a sliding window has passed, a sequence may outgrow the pool: only the blocks
 its window reads count, and a chunk is cut to what the whole pool could hold at once.
+
+After the forward pass, ``postprocess`` books the step: computed tokens advance and full blocks are
+cached, a request of n > 1 forks its other completions off its first one once its prompt is computed,
+each sampled token is appended, detokenized and checked against the stop conditions, and a sequence that
+stops is finished (its blocks freed at once).
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from backends.engine.kv_groups import KVBlocks
+from backends.engine.outputs import Logprob
 from backends.engine.sequence import Sequence, SequenceStatus
+
+if TYPE_CHECKING:
+    from backends.engine.sampler import SampleResult
 
 
 @dataclass(frozen=True)
@@ -43,16 +54,36 @@ class Scheduler:
     """FCFS (with optional priority) scheduler over the KV blocks (one ``BlockManager``, or ``KVGroups``
     whose every call covers both groups)."""
 
-    def __init__(self, block_manager: KVBlocks, *, max_num_seqs: int, max_num_batched_tokens: int) -> None:
+    def __init__(
+        self,
+        block_manager: KVBlocks,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        eos_token_id: int | None = None,
+        max_model_len: int | None = None,
+        token_text: Callable[[int], str] = str,
+    ) -> None:
+        """``eos_token_id`` and ``max_model_len`` stop a sequence (None: never); ``token_text`` is one
+        token's text, for logprobs."""
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.eos_token_id = eos_token_id
+        self.max_model_len = max_model_len
+        self.token_text = token_text
         self.waiting: list[Sequence] = []  # sorted by sort_key
         self.running: list[Sequence] = []  # sorted by sort_key
+        self.forks: dict[int, list[Sequence]] = {}
+        """Parent seq_id -> the n - 1 completions that fork from it once its prompt is computed."""
         self.num_preemptions = 0
+        self.num_generated_tokens = 0
 
-    def add(self, seq: Sequence) -> None:
+    def add(self, seq: Sequence, *, forks: list[Sequence] | None = None) -> None:
+        """Queue ``seq``; ``forks`` (its request's other completions) start from its computed prompt."""
         seq.status = SequenceStatus.WAITING
+        if forks:
+            self.forks[seq.seq_id] = forks
         bisect.insort(self.waiting, seq, key=lambda s: s.sort_key)
 
     def add_running(self, seq: Sequence) -> None:
@@ -78,6 +109,8 @@ class Scheduler:
         self.block_manager.free(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
+        for child in self.forks.pop(seq.seq_id, ()):  # it ended before forking: so do its children
+            child.status, child.finish_reason, child.error = SequenceStatus.FINISHED, reason, seq.error
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -126,6 +159,59 @@ class Scheduler:
             out.scheduled.append(ScheduledSeq(seq, num_new))
             budget -= num_new
         return out
+
+    def postprocess(self, scheduled: list[ScheduledSeq], result: SampleResult | None) -> list[Sequence]:
+        """Book a computed step: advance every scheduled sequence, then append the tokens ``result``
+        sampled for the last chunks (in ``scheduled`` order). The sequences that sampled a token."""
+        sampling = [item.seq for item in scheduled if item.is_last_chunk]
+        for item in scheduled:
+            item.seq.num_computed_tokens += item.num_new_tokens
+            self.block_manager.cache_full_blocks(item.seq)
+            self.block_manager.free_out_of_window(item.seq)  # no-op unless a window frees a pool
+        if result is None:
+            return []
+        for seq, token, lp in zip(sampling, result.token_ids, result.logprobs, strict=True):
+            self._fork(seq)
+            self._append_token(seq, token, lp)
+        return sampling
+
+    def _fork(self, parent: Sequence) -> None:
+        """Children share the parent's full prompt blocks and compute only the tail."""
+        for child in self.forks.pop(parent.seq_id, ()):
+            self.block_manager.fork(parent, child)
+            self.add_running(child)
+
+    def _append_token(
+        self, seq: Sequence, token: int, lp: tuple[float, list[tuple[int, float]]] | None
+    ) -> None:
+        seq.token_ids.append(token)
+        self.num_generated_tokens += 1
+        if seq.logprobs is not None and lp is not None:
+            text_of = self.token_text
+            chosen = Logprob(token, lp[0], text_of(token))
+            seq.logprobs.append((chosen, [Logprob(t, v, text_of(t)) for t, v in lp[1]]))
+        new_text = seq.detokenizer.step(seq.token_ids)
+        seq.text += new_text
+        reason = self._stop_reason(seq, token, new_text)
+        if reason is not None:
+            self.finish(seq, reason)
+
+    def _stop_reason(self, seq: Sequence, token: int, new_text: str) -> str | None:
+        p = seq.params
+        if (token == self.eos_token_id and not p.ignore_eos) or token in p.stop_token_ids:
+            return "stop"
+        if p.stop and new_text:
+            window = len(new_text) + max(len(s) for s in p.stop) - 1
+            start = max(0, len(seq.text) - window)
+            hits = [i for i in (seq.text.find(s, start) for s in p.stop) if i >= 0]
+            if hits:
+                seq.text = seq.text[: min(hits)]
+                return "stop"
+        if p.max_tokens is not None and seq.num_output_tokens >= p.max_tokens:
+            return "length"
+        if self.max_model_len is not None and seq.num_tokens >= self.max_model_len:
+            return "length"
+        return None
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from litestar import Request, Response
-from litestar.response import Stream
 
-from backends.engine.outputs import CompletionOutput, Logprob
+from backends.engine.outputs import CompletionOutput, Logprob, RequestOutput
+from backends.engine.sampling_params import SamplingParams
+from backends.serving.endpoint import MIN_LOGPROB, serve_endpoint, wants_usage
+from backends.serving.engine_client import AsyncEngineLike
 from backends.serving.errors import EngineFailed
-from backends.serving.generation import Generation, last_output, until_disconnect
-from backends.serving.params import chat_params, check_context_length, decode_request
+from backends.serving.params import chat_params
 from backends.serving.prompt import chat_prompt_ids
 from backends.serving.protocol import (
     AssistantMessage,
@@ -31,10 +30,8 @@ from backends.serving.protocol import (
     encoder,
 )
 from backends.serving.state import ServingState
-from backends.serving.stream import SSE_HEADERS, ChunkMaker, DeltaCursor, sse_events, usage_of
+from backends.serving.stream import ChunkMaker, DeltaCursor, usage_of
 from backends.serving.tracing import RequestTrace
-
-MIN_LOGPROB = -9999.0  # JSON has no -inf
 
 
 def chat_logprobs(entries: list[tuple[Logprob, list[Logprob]]]) -> ChatLogprobs:
@@ -56,67 +53,62 @@ def chat_logprobs(entries: list[tuple[Logprob, list[Logprob]]]) -> ChatLogprobs:
     )
 
 
+class ChatEndpoint:
+    """The chat pieces of the shared handler (``endpoint.serve_endpoint``)."""
+
+    request_type = ChatCompletionRequest
+    id_prefix = "chatcmpl"
+
+    async def prepare(
+        self, body: ChatCompletionRequest, engine: AsyncEngineLike
+    ) -> tuple[list[int], SamplingParams]:
+        params = chat_params(body)
+        # a turn ends at the template's end-of-turn token too (Gemma's <end_of_turn>), as vLLM stops on
+        # every eos id of generation_config; a base model's file names only <eos>
+        end_of_turn = getattr(engine.engine.tokenizer, "chat_stop_token_ids", ())
+        params.stop_token_ids = [*params.stop_token_ids, *end_of_turn]
+        prompt_ids = await chat_prompt_ids(
+            engine.engine.tokenizer,
+            [_as_template_role(m) for m in body.messages],
+            add_generation_prompt=body.add_generation_prompt,
+        )
+        return prompt_ids, params
+
+    def answer_without_engine(
+        self, request_id: str, body: ChatCompletionRequest, num_prompt_tokens: int, model: str
+    ) -> Response[Any] | None:
+        return None  # chat always generates (max_tokens is at least 1)
+
+    def response(
+        self, request_id: str, created: int, model: str, body: ChatCompletionRequest, last: RequestOutput
+    ) -> bytes:
+        completion = ChatCompletion(
+            id=request_id,
+            created=created,
+            model=model,
+            choices=[_choice(c, bool(body.logprobs)) for c in last.outputs],
+            usage=usage_of(last),
+        )
+        return encoder.encode(completion)
+
+    def chunk_maker(
+        self, request_id: str, created: int, model: str, body: ChatCompletionRequest
+    ) -> ChunkMaker:
+        return _chunk_maker(request_id, created, model, bool(body.logprobs))
+
+    def usage_maker(
+        self, request_id: str, created: int, model: str, body: ChatCompletionRequest
+    ) -> Callable[[Usage], bytes] | None:
+        return _usage_maker(request_id, created, model) if wants_usage(body) else None
+
+
+CHAT = ChatEndpoint()
+
+
 async def create_chat_completion(
     state: ServingState, request: Request[Any, Any, Any], trace: RequestTrace | None = None
 ) -> Response[Any]:
-    arrival_s = time.perf_counter()
-    body = decode_request(await request.body(), ChatCompletionRequest)
-    served, engine = state.require_engine(body.model)
-    params = chat_params(body)
-    # a turn ends at the template's end-of-turn token too (Gemma's <end_of_turn>), as vLLM stops on
-    # every eos id of generation_config; a base model's file names only <eos>
-    end_of_turn = getattr(engine.engine.tokenizer, "chat_stop_token_ids", ())
-    params.stop_token_ids = [*params.stop_token_ids, *end_of_turn]
-    prompt_ids = await chat_prompt_ids(
-        engine.engine.tokenizer,
-        [_as_template_role(m) for m in body.messages],
-        add_generation_prompt=body.add_generation_prompt,
-    )
-    check_context_length(len(prompt_ids), params, engine.engine.max_model_len)
-    request_id = f"chatcmpl-{uuid.uuid4().hex}"
-    generation = Generation(
-        engine,
-        request_id,
-        prompt_ids,
-        params,
-        metrics=served.metrics,
-        cache_salt=body.cache_salt,
-        priority=body.priority,
-        arrival_s=arrival_s,
-        trace=trace,
-    )
-    created = int(time.time())
-    model = body.model or served.name
-    if trace is not None:
-        trace.describe(model, body, bool(body.stream))
-    headers = {"X-Request-Id": request_id}
-    if body.stream:
-        try:
-            await until_disconnect(request.receive, generation.open())
-        except BaseException:
-            await generation.aclose()
-            raise
-        return Stream(
-            sse_events(
-                generation,
-                _chunk_maker(request_id, created, model, body),
-                _usage_maker(request_id, created, model, body),
-            ),
-            media_type="text/event-stream",
-            headers={**SSE_HEADERS, **headers},
-        )
-    try:
-        last = await until_disconnect(request.receive, last_output(generation))
-    finally:
-        await generation.aclose()
-    completion = ChatCompletion(
-        id=request_id,
-        created=created,
-        model=model,
-        choices=[_choice(c, bool(body.logprobs)) for c in last.outputs],
-        usage=usage_of(last),
-    )
-    return Response(encoder.encode(completion), media_type="application/json", headers=headers)
+    return await serve_endpoint(CHAT, state, request, trace)
 
 
 def _as_template_role(message: ChatMessage) -> ChatMessage:
@@ -138,9 +130,7 @@ def _choice(output: CompletionOutput, want_logprobs: bool) -> ChatChoice:
     )
 
 
-def _chunk_maker(request_id: str, created: int, model: str, body: ChatCompletionRequest) -> ChunkMaker:
-    want_logprobs = bool(body.logprobs)
-
+def _chunk_maker(request_id: str, created: int, model: str, want_logprobs: bool) -> ChunkMaker:
     def make_chunk(output: CompletionOutput, text: str, cursor: DeltaCursor) -> bytes:
         start, end = cursor.take_tokens(output)
         delta = ChatDelta(content=text) if cursor.is_started else ChatDelta(role="assistant", content=text)
@@ -157,12 +147,7 @@ def _chunk_maker(request_id: str, created: int, model: str, body: ChatCompletion
     return make_chunk
 
 
-def _usage_maker(
-    request_id: str, created: int, model: str, body: ChatCompletionRequest
-) -> Callable[[Usage], bytes] | None:
-    if body.stream_options is None or not body.stream_options.include_usage:
-        return None
-
+def _usage_maker(request_id: str, created: int, model: str) -> Callable[[Usage], bytes]:
     def make_usage_chunk(usage: Usage) -> bytes:
         return encoder.encode(
             ChatCompletionChunk(id=request_id, created=created, model=model, choices=[], usage=usage)

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from litestar import Request, Response
 from litestar.response import Stream
 
-from backends.engine.outputs import CompletionOutput, Logprob
-from backends.serving.chat import MIN_LOGPROB
+from backends.engine.outputs import CompletionOutput, Logprob, RequestOutput
+from backends.engine.sampling_params import SamplingParams
+from backends.serving.endpoint import MIN_LOGPROB, serve_endpoint, wants_usage
+from backends.serving.engine_client import AsyncEngineLike
 from backends.serving.errors import EngineFailed
-from backends.serving.generation import Generation, last_output, until_disconnect
-from backends.serving.params import (
-    asks_for_no_tokens,
-    check_context_length,
-    completion_params,
-    decode_request,
-)
+from backends.serving.params import asks_for_no_tokens, completion_params
 from backends.serving.prompt import completion_prompt_ids
 from backends.serving.protocol import (
     Completion,
@@ -31,7 +26,7 @@ from backends.serving.protocol import (
     encoder,
 )
 from backends.serving.state import ServingState
-from backends.serving.stream import DONE, SSE_HEADERS, ChunkMaker, DeltaCursor, sse_events, usage_of
+from backends.serving.stream import DONE, SSE_HEADERS, ChunkMaker, DeltaCursor, usage_of
 from backends.serving.tracing import RequestTrace
 
 
@@ -51,71 +46,57 @@ def completion_logprobs(
     )
 
 
+class CompletionEndpoint:
+    """The text-completion pieces of the shared handler (``endpoint.serve_endpoint``)."""
+
+    request_type = CompletionRequest
+    id_prefix = "cmpl"
+
+    async def prepare(
+        self, body: CompletionRequest, engine: AsyncEngineLike
+    ) -> tuple[list[int], SamplingParams]:
+        params = completion_params(body)
+        tokenizer = engine.engine.tokenizer
+        prompt_ids = await completion_prompt_ids(tokenizer, "" if body.prompt is None else body.prompt)
+        if not prompt_ids:  # no prompt: a new document, as OpenAI's default prompt <|endoftext|> starts one
+            start_id = getattr(tokenizer, "bos_token_id", None)
+            prompt_ids = [tokenizer.eos_token_id if start_id is None else start_id]
+        return prompt_ids, params
+
+    def answer_without_engine(
+        self, request_id: str, body: CompletionRequest, num_prompt_tokens: int, model: str
+    ) -> Response[Any] | None:
+        return _no_tokens(request_id, body, num_prompt_tokens, model) if asks_for_no_tokens(body) else None
+
+    def response(
+        self, request_id: str, created: int, model: str, body: CompletionRequest, last: RequestOutput
+    ) -> bytes:
+        want_logprobs = body.logprobs is not None
+        completion = Completion(
+            id=request_id,
+            created=created,
+            model=model,
+            choices=[_choice(c, want_logprobs) for c in last.outputs],
+            usage=usage_of(last),
+        )
+        return encoder.encode(completion)
+
+    def chunk_maker(self, request_id: str, created: int, model: str, body: CompletionRequest) -> ChunkMaker:
+        return _chunk_maker(request_id, created, model, body.logprobs is not None)
+
+    def usage_maker(
+        self, request_id: str, created: int, model: str, body: CompletionRequest
+    ) -> Callable[[Usage], bytes] | None:
+        return _usage_maker(request_id, created, model) if wants_usage(body) else None
+
+
+COMPLETION = CompletionEndpoint()
+
+
 async def create_completion(
     state: ServingState, request: Request[Any, Any, Any], trace: RequestTrace | None = None
 ) -> Response[Any]:
-    arrival_s = time.perf_counter()
-    body = decode_request(await request.body(), CompletionRequest)
-    served, engine = state.require_engine(body.model)
-    params = completion_params(body)
-    tokenizer = engine.engine.tokenizer
-    prompt_ids = await completion_prompt_ids(tokenizer, "" if body.prompt is None else body.prompt)
-    if not prompt_ids:  # no prompt: a new document, as OpenAI's default prompt <|endoftext|> starts one
-        start_id = getattr(tokenizer, "bos_token_id", None)
-        prompt_ids = [tokenizer.eos_token_id if start_id is None else start_id]
-    check_context_length(len(prompt_ids), params, engine.engine.max_model_len)
-    request_id = f"cmpl-{uuid.uuid4().hex}"
-    if asks_for_no_tokens(body):
-        model = body.model or served.name
-        if trace is not None:
-            trace.describe(model, body, bool(body.stream))
-            trace.finish(None, model=model)
-        return _no_tokens(request_id, body, len(prompt_ids), model)
-    generation = Generation(
-        engine,
-        request_id,
-        prompt_ids,
-        params,
-        metrics=served.metrics,
-        cache_salt=body.cache_salt,
-        priority=body.priority,
-        arrival_s=arrival_s,
-        trace=trace,
-    )
-    created = int(time.time())
-    model = body.model or served.name
-    if trace is not None:
-        trace.describe(model, body, bool(body.stream))
-    headers = {"X-Request-Id": request_id}
-    want_logprobs = body.logprobs is not None
-    if body.stream:
-        try:
-            await until_disconnect(request.receive, generation.open())
-        except BaseException:
-            await generation.aclose()
-            raise
-        include_usage = body.stream_options is not None and body.stream_options.include_usage
-        return Stream(
-            sse_events(
-                generation,
-                _chunk_maker(request_id, created, model, want_logprobs),
-                _usage_maker(request_id, created, model) if include_usage else None,
-            ),
-            media_type="text/event-stream",
-            headers={**SSE_HEADERS, **headers},
-        )
-    try:
-        last = await until_disconnect(request.receive, last_output(generation))
-    finally:
-        await generation.aclose()
-    completion = Completion(
-        id=request_id,
-        created=created,
-        model=model,
-        choices=[_choice(c, want_logprobs) for c in last.outputs],
-        usage=usage_of(last),
-    )
-    return Response(encoder.encode(completion), media_type="application/json", headers=headers)
+    return await serve_endpoint(COMPLETION, state, request, trace)
 
 
 def _no_tokens(request_id: str, body: CompletionRequest, num_prompt_tokens: int, model: str) -> Response[Any]:

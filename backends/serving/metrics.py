@@ -14,11 +14,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from backends.engine.stats import EngineStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 RATE_WINDOW_S = 60.0
@@ -73,7 +74,7 @@ class ServerMetrics:
         """The view one served model's requests record into."""
         return ModelMetrics(self, model_name)
 
-    def watch(self, model_name: str, read_stats: Callable[[], Any | None]) -> None:
+    def watch(self, model_name: str, read_stats: Callable[[], EngineStats | None]) -> None:
         """Read this model's engine stats (None while it loads) at every scrape."""
         self._stats.add(model_name, read_stats)
 
@@ -108,12 +109,12 @@ class _EngineStatsCollector(Collector):
     """Reads each model's ``EngineStats`` at each scrape; all zeros while its engine is still loading."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._models: dict[str, Callable[[], Any | None]] = {}
+        self._models: dict[str, Callable[[], EngineStats | None]] = {}
         self._clock = clock
         self._samples: dict[str, deque[tuple[float, float]]] = {}
         """(time, generated tokens) at recent scrapes per model, for tokens per second."""
 
-    def add(self, model_name: str, read_stats: Callable[[], Any | None]) -> None:
+    def add(self, model_name: str, read_stats: Callable[[], EngineStats | None]) -> None:
         self._models[model_name] = read_stats
         self._samples[model_name] = deque()
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
+from backends.engine.stats import EngineStats
 from backends.serving.engine_client import AsyncEngineLike
 from backends.serving.errors import ModelNotFound, NotReady
 from backends.serving.metrics import ModelMetrics, ServerMetrics
@@ -37,7 +38,7 @@ class ServedModel:
     def name(self) -> str:
         return self.names[0]
 
-    def read_stats(self) -> Any | None:
+    def read_stats(self) -> EngineStats | None:
         if self.engine is None:
             return None
         return self.engine.stats()

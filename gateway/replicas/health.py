@@ -27,7 +27,7 @@ from typing import Any
 
 from gateway.errors import GatewayError
 from gateway.replicas.balancer import Balancer, ReplicaState
-from gateway.upstream_client import UpstreamClient
+from gateway.replicas.client import UpstreamClient
 
 __all__ = ["HealthChecker", "ReplicaLoad", "parse_vllm_metrics"]
 

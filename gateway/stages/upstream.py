@@ -37,8 +37,8 @@ from gateway.errors import (
 )
 from gateway.pipeline import BytesResult, Call, StreamResult, UpstreamSpan
 from gateway.replicas.balancer import Balancer, ReplicaState
+from gateway.replicas.client import UpstreamClient, UpstreamResponse
 from gateway.sse import DONE_EVENT, SSERelay, model_rewriter, read_body_usage, rewrite
-from gateway.upstream_client import UpstreamClient, UpstreamResponse
 
 _encode = msgspec.json.encode
 _MAX_ERROR_BODY = 64 * 1024

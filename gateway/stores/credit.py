@@ -13,10 +13,11 @@ off the hot path and gives up nothing the store promises:
 - **Shrinking credit.** A grant is at most a sixteenth of the room left in the limit, and none on
   limits under 64. Credit shrinks to nothing as a limit fills up, and near a limit every request goes
   to Redis, one by one, as before. Three replicas sharing a 300-per-minute key admit exactly 300.
-- **Credit goes back.** Window credit is good only in its own second. Once that second is over, what
-  is left is handed back to its bucket within ``flush_interval_s``. Spare lease slots go back after
-  ``slot_idle_s`` unused. Before this replica asks Redis about a key, it first hands back everything
-  it holds on that key, so its own credit never hides room from its own request.
+- **Credit goes back** (``credit_book.py`` keeps it). Window credit is good only in its own second.
+  Once that second is over, what is left is handed back to its bucket within ``flush_interval_s``.
+  Spare lease slots go back after ``slot_idle_s`` unused. Before this replica asks Redis about a key,
+  it first hands back everything it holds on that key, so its own credit never hides room from its
+  own request.
 - **Batched settles.** A settle is local: the ledger increments, the change from reserved to real tokens,
   and the lease release are summed per tenant and written every ``flush_interval_s`` in one
   ``flush.lua`` call. A token reservation settled within its own second goes straight back into
@@ -57,6 +58,7 @@ from gateway.stores.base import (
     StoreUnavailable,
     UsageReport,
 )
+from gateway.stores.credit_book import CreditBook
 from gateway.stores.credit_plan import CreditPlan
 from gateway.stores.leases import LeaseBook
 from gateway.stores.pending import PendingWrites
@@ -65,8 +67,6 @@ from gateway.stores.writeback import WriteBack
 
 logger = logging.getLogger("switchyard.stores")
 
-MIN_POOLED_LIMIT = 64
-"""Lease slots are kept as spares only under concurrency limits this large (admit.lua grants none below)."""
 _MAX_SETTLED_IDS = 8192
 _CREDITED = ("requests", "tokens", "concurrency")
 """Denials that credit (window units, spare lease slots) can answer."""
@@ -100,13 +100,7 @@ class CreditStore:
         self.redis = redis
         self._clock = clock
         self._flush_interval_s = flush_interval_s
-        self._slot_idle_s = slot_idle_s
         self._want = (want_requests, want_token_requests, want_slots)
-        self._windows: dict[str, list[Any]] = {}
-        """Window key -> [tenant, bucket second, units of credit]."""
-        self._slots: dict[str, list[tuple[str, float, float]]] = {}
-        """Lease set -> spare slots (member, lease expiry, unused since)."""
-        self._slot_tenants: dict[str, str] = {}
         self._leases = LeaseBook(redis.lease_expiry_s)
         """Request id -> its leases, renewed while it runs."""
         self._plans: dict[tuple[str, str, tuple[LimitRule, ...]], CreditPlan] = {}
@@ -114,6 +108,8 @@ class CreditStore:
         self._rooms: dict[tuple[str, str], dict[tuple[BudgetRule, ...], list[float]]] = {}
         """(tenant, month) -> budgets -> [second Redis answered in, budget room left]."""
         self._writes = WriteBack(redis, on_failure=self._drop_credit)
+        self._credit = CreditBook(self._writes, slot_idle_s=slot_idle_s)
+        """Window credit and spare lease slots held."""
         self._asking: dict[tuple[str, str, tuple[LimitRule, ...]], asyncio.Future[None]] = {}
         """Rule sets with a credit request on its way to Redis -> done when it is answered."""
         self._settled: dict[str, None] = {}
@@ -135,7 +131,7 @@ class CreditStore:
         return await self._admit_in_redis(admission, plan)
 
     def _plan(self, admission: Admission) -> CreditPlan:
-        key_names, checks = self.redis.admit_layout(admission.tenant, admission.month, admission.rules)
+        key_names, checks = self.redis.layouts.admit(admission.tenant, admission.month, admission.rules)
         plan = CreditPlan(key_names, checks)
         if len(self._plans) >= 4096:  # tenants x months x rule sets
             self._plans.clear()
@@ -150,32 +146,12 @@ class CreditStore:
             if room is None or room[0] != cur or room[1] <= 0:
                 return None
         reserve = admission.reserve_tokens
-        windows, slots = self._windows, self._slots
         # a spare slot serves a request only with two thirds of a fresh lease's life left: the next
         # renewal comes before it ends
         reuse_by = now + self._leases.ttl_s(admission.lease_ttl_s) - self._leases.renew_every_s
-        for kind, key in plan.local:
-            if kind == 3:
-                spare = slots.get(key)
-                if not spare or spare[-1][1] < reuse_by:
-                    return None
-            else:
-                need = 1 if kind == 1 else reserve
-                if need:
-                    credit = windows.get(key)
-                    if credit is None or credit[1] != cur or credit[2] < need:
-                        return None
-        held = []
-        expiry = math.inf
-        for kind, key in plan.local:
-            if kind == 3:
-                member, slot_expiry, _ = slots[key].pop()
-                held.append((key, member, True))
-                expiry = min(expiry, slot_expiry)
-            elif kind == 1:
-                windows[key][2] -= 1
-            elif reserve:
-                windows[key][2] -= reserve
+        if not self._credit.can_spend(plan.local, cur, reserve, reuse_by):
+            return None
+        held, expiry = self._credit.spend(plan.local, reserve)
         if held:
             until = now + admission.lease_ttl_s
             self._leases.hold(admission.request_id, admission.tenant, held, expiry_s=expiry, until_s=until)
@@ -207,18 +183,8 @@ class CreditStore:
             await asyncio.shield(asked)
             if plan.snapshot is not None and (decision := self._admit_locally(admission, plan)):
                 return decision
-        key_names, checks = plan.key_names, plan.checks
         # hand back what this replica holds on these keys first: its credit must not deny its own request
-        for kind, _, key_no, _ in checks:
-            key = key_names[key_no - 1]
-            if kind == 3:
-                spare = self._slots.pop(key, None)
-                if spare:
-                    self._pending_of(tenant).add_release(key, [member for member, _, _ in spare])
-            else:
-                credit = self._windows.pop(key, None)
-                if credit is not None and credit[2] > 0:
-                    self._pending_of(tenant).add_adjust(key, credit[1], -credit[2])
+        self._credit.hand_back_keys(tenant, plan.local)
         # the tenant's pending settles go first, in the same write: Redis sees the spend and room
         # they hold before it judges this request (a write that fails is kept and sent again)
         flushed = self._flush_soon(tenant)
@@ -261,27 +227,12 @@ class CreditStore:
             if decision.reason in _CREDITED and plan.snapshot is not None:
                 return self._admit_locally(admission, plan) or decision
             return decision
-        tenant, key_names, checks = admission.tenant, plan.key_names, plan.checks
-        now, request_id = admission.now_s, admission.request_id
+        tenant, now, request_id = admission.tenant, admission.now_s, admission.request_id
         cur = math.floor(now)
-        held = []
         expiry = now + self._leases.ttl_s(admission.lease_ttl_s)  # as admit.lua wrote it
-        for (kind, _, key_no, limit), granted in zip(checks, grants, strict=True):
-            key = key_names[key_no - 1]
-            if kind == 3:
-                held.append((key, request_id, limit >= MIN_POOLED_LIMIT))
-                if granted:
-                    spare = self._slots.setdefault(key, [])
-                    spare.extend((f"{request_id}#{n}", expiry, now) for n in range(1, granted + 1))
-                    self._slot_tenants[key] = tenant
-            elif granted:
-                credit = self._windows.get(key)
-                if credit is not None and credit[1] == cur:
-                    credit[2] += granted
-                else:
-                    if credit is not None and credit[2] > 0:
-                        self._pending_of(tenant).add_adjust(key, credit[1], -credit[2])
-                    self._windows[key] = [tenant, cur, granted]
+        held = self._credit.add_grants(
+            tenant, plan, grants, request_id=request_id, now_s=now, expiry_s=expiry
+        )
         if held:
             until = now + admission.lease_ttl_s
             self._leases.hold(request_id, tenant, held, expiry_s=expiry, until_s=until)
@@ -336,21 +287,11 @@ class CreditStore:
         if delta and bucket >= math.floor(now) - WINDOW_S:
             plan = self._plans.get((tenant, settlement.month, settlement.rules))
             token_keys = plan.token_keys if plan is not None else self._token_keys(tenant, settlement.rules)
-            for key in token_keys:
-                credit = self._windows.get(key)
-                if delta < 0 and credit is not None and credit[1] == bucket:
-                    credit[2] -= delta  # reserved in this very second: straight back into credit
-                else:
-                    pending.add_adjust(key, bucket, delta)
+            self._credit.adjust_tokens(tenant, token_keys, bucket, delta)
 
         held = self._leases.release(request_id)
         if held is not None:
-            for key, member, poolable in held.leases:
-                if poolable and held.expiry_s > now:
-                    self._slots.setdefault(key, []).append((member, held.expiry_s, now))
-                    self._slot_tenants[key] = tenant
-                else:
-                    pending.add_release(key, [member])
+            self._credit.return_leases(tenant, held, now)
         self._start_ticker()
 
     def _token_keys(self, tenant: str, rules: tuple[LimitRule, ...]) -> list[str]:
@@ -369,36 +310,14 @@ class CreditStore:
     def _drop_credit(self) -> None:
         """Redis failed: hand all credit back, and no lease held now becomes a spare slot (it may be gone
         from Redis by the time its request ends)."""
-        self._hand_back(self._clock(), everything=True)
+        self._credit.hand_back(self._clock(), everything=True)
         self._leases.unpool()
-
-    def _hand_back(self, now: float, *, everything: bool = False) -> None:
-        """Window credit of seconds gone by and spare slots unused for a while go to pending."""
-        cur = math.floor(now)
-        for key, credit in list(self._windows.items()):
-            if everything or credit[1] != cur:
-                del self._windows[key]
-                if credit[2] > 0:
-                    self._pending_of(credit[0]).add_adjust(key, credit[1], -credit[2])
-        for key, spare in list(self._slots.items()):
-            keep: list[tuple[str, float, float]] = []
-            gone: list[tuple[str, float, float]] = []
-            for slot in spare:
-                fresh = not everything and now - slot[2] < self._slot_idle_s and slot[1] > now
-                (keep if fresh else gone).append(slot)
-            if gone:
-                self._pending_of(self._slot_tenants[key]).add_release(key, [member for member, _, _ in gone])
-                if keep:
-                    self._slots[key] = keep
-                else:
-                    del self._slots[key]
-                    self._slot_tenants.pop(key, None)
 
     async def flush(self) -> None:
         """Write every tenant's settles, spent credit and lease renewals now (raises StoreUnavailable
         when Redis does not answer: what it did not take is kept)."""
         now = self._clock()
-        self._hand_back(now)
+        self._credit.hand_back(now)
         self._writes.add_renewals(self._leases.renewals(now))
         await self._writes.flush(now)
 
@@ -443,7 +362,7 @@ class CreditStore:
             except asyncio.CancelledError:
                 pass
             self._ticker = None
-        self._hand_back(self._clock(), everything=True)
+        self._credit.hand_back(self._clock(), everything=True)
         try:
             await self.flush()
         except StoreUnavailable as exc:

@@ -1,13 +1,11 @@
 """RedisStore: limits, leases and the ledger in Redis, shared by every gateway replica.
 
 One EVALSHA per admit and one per settle (``lua/admit.lua``, ``lua/settle.lua``, shipped as package
-files); concurrent calls with the same keys share one EVALSHA (see ``_eval``). Each call declares
-only the keys its rules limit and passes the rest as one JSON argument (``cjson`` in the script):
-packing ~30 separate arguments cost more client CPU than the script itself.
-Scripts are called by their SHA1, computed locally, so the first call needs no SCRIPT LOAD; on
-NOSCRIPT (a restarted or flushed Redis) the script is loaded and the call repeated. Every call is
-bounded by ``timeout_s`` end to end; any failure to answer becomes ``StoreUnavailable`` at once
-(no retries of the call here: the failover wrapper decides what happens next).
+files). Each call declares only the keys its rules limit (``key_layouts.py``) and passes the rest as
+one JSON argument (``lua_codec.py``). ``script_runner.py`` makes the calls: by SHA1, loaded again on
+NOSCRIPT, concurrent calls with the same keys sharing one EVALSHA, each bounded by ``timeout_s`` end
+to end; any failure to answer becomes ``StoreUnavailable`` at once (no retries of the call here: the
+failover wrapper decides what happens next).
 
 Leases are written to expire ``lease_expiry_s`` ahead and renewed while their request runs
 (``leases.py``). A call that timed out may still run when a stalled Redis resumes: the leases of an
@@ -19,78 +17,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from importlib import resources
 from typing import Any
-
-import msgspec
 
 from gateway.redis_client.commands import RespCommands
 from gateway.redis_client.resp import RespClient, RespError
 from gateway.stores.base import (
-    WINDOW_S,
     Admission,
     Decision,
-    LimitRule,
     Settlement,
     StoreUnavailable,
     TenantUsage,
     UsageReport,
-    seconds_to_next_month,
     tenant_usage_from_fields,
 )
+from gateway.stores.key_layouts import KeyLayouts
 from gateway.stores.key_names import KeySpace
 from gateway.stores.leases import LEASE_EXPIRY_S, LeaseBook
+from gateway.stores.lua_codec import admit_spec, read_admit_reply, settle_spec
+from gateway.stores.script_runner import LuaScript, ScriptRunner
 from gateway.stores.writeback import WriteBack
 
 logger = logging.getLogger("switchyard.stores")
 
-_REASONS = {1: "requests", 2: "tokens", 3: "concurrency", 4: "budget"}
 _LEDGER_TTL_S = 400 * 86400  # 13 months and a bit
-
-
-class _Script:
-    """A Lua file of this package, called by SHA1."""
-
-    def __init__(self, name: str) -> None:
-        self.source = resources.files("gateway.stores").joinpath("lua", name).read_text(encoding="utf-8")
-        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
-
-
-_json = msgspec.json.Encoder().encode
 
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-_MAX_LAYOUTS = 4096
-
-
-def _fail(batch: list[tuple[bytes, asyncio.Future[list[Any]]]], failure: StoreUnavailable) -> None:
-    for _, future in batch:
-        if not future.done():
-            future.set_exception(failure)
-            future.exception()  # its caller may be gone (cancelled): mark it retrieved
-
-
-def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
-    """Store ``value``; a cache grown past its bound starts afresh (tenants x months x rule sets)."""
-    if len(cache) >= _MAX_LAYOUTS:
-        cache.clear()
-    cache[key] = value
-
-
-def _none_if_negative(value: int) -> int | None:
-    return None if value < 0 else int(value)
-
-
-def _seconds(ms: int) -> float | None:
-    return None if ms < 0 else ms / 1000.0
 
 
 class RedisStore:
@@ -126,16 +83,14 @@ class RedisStore:
         self.lease_expiry_s = lease_expiry_s
         self.admin_timeout_s = admin_timeout_s
         self.keys = KeySpace(prefix)
+        self.layouts = KeyLayouts(self.keys)
+        """The KEYS of each admit and settle, per tenant, month and rule set."""
         self._settled_ttl_s = math.ceil(settled_ttl_s)
         self.ledger_ttl_s = ledger_ttl_s
-        self._admit_layouts: dict[tuple[str, str, tuple[LimitRule, ...]], Any] = {}
-        self._settle_layouts: dict[tuple[str, str, tuple[LimitRule, ...]], Any] = {}
-        self._admit = _Script("admit.lua")
-        self._settle = _Script("settle.lua")
-        self._flush = _Script("flush.lua")
+        self._admit = LuaScript("admit.lua")
+        self._settle = LuaScript("settle.lua")
+        self._flush = LuaScript("flush.lua")
         self._fast: RespClient | None = None
-        self._batches: dict[tuple[str, tuple[str, ...]], list[tuple[bytes, asyncio.Future[list[Any]]]]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
         self._clock = clock
         self._leases = LeaseBook(lease_expiry_s)
         """Leases of the requests admitted through ``admit`` (CreditStore keeps its own)."""
@@ -152,6 +107,7 @@ class RedisStore:
         else:
             self._client = url_or_client
             self._owns_client = False
+        self._scripts = ScriptRunner(self._client, self._fast, timeout_s=timeout_s)
 
     # ---- the Store protocol -----------------------------------------------------------------
 
@@ -162,11 +118,11 @@ class RedisStore:
             decision, _, _ = await self.admit_with_credit(admission, None)
         except StoreUnavailable:
             # it may still run when Redis resumes: release its leases after it, on the same connection
-            for key in self._lease_keys(admission):
+            for key in self.layouts.lease_keys(tenant, admission.month, admission.rules):
                 self._writes.of(tenant).add_release(key, [admission.request_id])
             self._start_ticker()
             raise
-        if decision.allowed and (keys := self._lease_keys(admission)):
+        if decision.allowed and (keys := self.layouts.lease_keys(tenant, admission.month, admission.rules)):
             request_id = admission.request_id
             self._leases.hold(
                 request_id,
@@ -180,134 +136,37 @@ class RedisStore:
             await owed  # done before this request's next call (never raises: a failed write is kept)
         return decision
 
-    def _lease_keys(self, admission: Admission) -> list[str]:
-        key_names, checks = self.admit_layout(admission.tenant, admission.month, admission.rules)
-        return [key_names[key_no - 1] for kind, _, key_no, _ in checks if kind == 3]
-
     async def admit_with_credit(
         self, admission: Admission, want: tuple[int, int, int] | None
     ) -> tuple[Decision, float | None, list[int]]:
         """``admit``, also taking credit when allowed (``want``: requests, tokens, lease slots per
         check; see ``CreditStore``). Returns the decision, the budget room left (``None`` without
-        budgets) and the credit granted per check of ``admit_layout``."""
-        key_names, checks = self.admit_layout(admission.tenant, admission.month, admission.rules)
-        spec = {
-            "now": admission.now_s,
-            "lease_ttl": min(admission.lease_ttl_s, self.lease_expiry_s),  # renewed while it runs
-            "reserve": admission.reserve_tokens,
-            "id": admission.request_id,
-            "window": WINDOW_S,
-            "to_next_month": seconds_to_next_month(admission.month, admission.now_s),
-            "checks": checks,
-            "budgets": [(b.scope, float(b.monthly_usd)) for b in admission.budgets],
-        }
-        if want is not None:
-            spec["want"] = want
-        reply = await self._eval(self._admit, key_names, _json(spec))
-        allowed, reason, index, retry_ms, exceeds = (int(v) for v in reply[:5])
-        lim_r, rem_r, reset_r, lim_t, rem_t, reset_t = (int(v) for v in reply[5:11])
-        scope = None
-        if not allowed:
-            scopes = admission.budgets if reason == 4 else admission.rules
-            scope = scopes[index - 1].scope
-        decision = Decision(
-            allowed=bool(allowed),
-            reason=_REASONS.get(reason),
-            scope=scope,
-            retry_after_s=retry_ms / 1000.0,
-            limit_requests=_none_if_negative(lim_r),
-            remaining_requests=_none_if_negative(rem_r),
-            reset_requests_s=_seconds(reset_r),
-            limit_tokens=_none_if_negative(lim_t),
-            remaining_tokens=_none_if_negative(rem_t),
-            reset_tokens_s=_seconds(reset_t),
-            exceeds_limit=bool(exceeds),
-        )
-        room = float(_text(reply[11])) if admission.budgets else None
-        return decision, room, [int(v) for v in reply[12:]]
+        budgets) and the credit granted per check of ``layouts.admit``."""
+        key_names, checks = self.layouts.admit(admission.tenant, admission.month, admission.rules)
+        spec = admit_spec(admission, checks, lease_expiry_s=self.lease_expiry_s, want=want)
+        reply = await self._scripts.run(self._admit, key_names, spec)
+        return read_admit_reply(reply, admission)
 
     def flush_soon(self, keys: Sequence[str], spec: bytes) -> Awaitable[Any]:
         """One ``lua/flush.lua`` call (ledger increments, window adjustments, lease releases of one
         tenant), queued now: Redis runs it before any call made after this one, so a flush and the
         admit behind it share one write. Await the result; it is bounded by ``timeout_s``."""
-        if self._fast is not None:
-            return self._enqueue(self._flush, keys, spec)
-        return asyncio.ensure_future(self._eval(self._flush, keys, spec))
+        return self._scripts.run_soon(self._flush, keys, spec)
 
     async def settle(self, settlement: Settlement) -> None:
         """Raises StoreUnavailable when Redis did not answer; sending it again is safe (applied once)."""
         self._leases.release(settlement.request_id)
         tenant = settlement.tenant
-        rule_keys, token_keys, lease_keys = self._settle_layout(tenant, settlement.month, settlement.rules)
+        rule_keys, token_keys, lease_keys = self.layouts.settle(tenant, settlement.month, settlement.rules)
         key_names = [self.keys.settled(tenant, settlement.reserved_at_s), *rule_keys]
-        scopes = ["tenant"]
-        if settlement.key_id:
-            scopes.append(f"key:{settlement.key_id}")
-        if settlement.pool:
-            scopes.append(f"pool:{settlement.pool}")
-        spec = {
-            "id": settlement.request_id,
-            "marker_ttl": self._settled_ttl_s,
-            "bucket": math.floor(settlement.reserved_at_s),
-            "delta": settlement.input_tokens + settlement.output_tokens - settlement.reserved_tokens,
-            "oldest_live": -1 if settlement.now_s is None else math.floor(settlement.now_s) - WINDOW_S,
-            "input": settlement.input_tokens,
-            "output": settlement.output_tokens,
-            "cost": repr(float(settlement.cost_usd)),  # a string: HINCRBYFLOAT gets every digit
-            "ledger_ttl": self.ledger_ttl_s,
-            "scopes": scopes,
-            "tokens": token_keys,
-            "leases": lease_keys,
-        }
-        await self._eval(self._settle, key_names, _json(spec))
-
-    # ---- key layouts, built once per tenant, month and rule set ----------------------------------
-
-    def admit_layout(
-        self, tenant: str, month: str, rules: tuple[LimitRule, ...]
-    ) -> tuple[list[str], list[tuple[int, int, int, int]]]:
-        """KEYS of an admit (the ledger, then each limited window or lease set) and its checks:
-        (kind, rule number, key number, limit)."""
-        cache_key = (tenant, month, rules)
-        layout = self._admit_layouts.get(cache_key)
-        if layout is None:
-            keys = self.keys
-            key_names = [keys.usage(tenant, month)]
-            checks: list[tuple[int, int, int, int]] = []
-            for rule_no, rule in enumerate(rules, start=1):
-                for kind, limit, key in (
-                    (1, rule.requests_per_minute, keys.requests),
-                    (2, rule.tokens_per_minute, keys.tokens),
-                    (3, rule.max_concurrent, keys.leases),
-                ):
-                    if limit is not None:
-                        key_names.append(key(tenant, rule.scope))
-                        checks.append((kind, rule_no, len(key_names), limit))
-            layout = (key_names, checks)
-            _remember(self._admit_layouts, cache_key, layout)
-        return layout
-
-    def _settle_layout(
-        self, tenant: str, month: str, rules: tuple[LimitRule, ...]
-    ) -> tuple[list[str], list[int], list[int]]:
-        """KEYS of a settle after its settled-set key (the ledger, token windows, lease sets) and the
-        KEYS numbers of the token windows and of the lease sets."""
-        cache_key = (tenant, month, rules)
-        layout = self._settle_layouts.get(cache_key)
-        if layout is None:
-            keys = self.keys
-            key_names = [keys.usage(tenant, month)]
-            token_keys, lease_keys = [], []
-            for rule in rules:
-                if rule.tokens_per_minute is not None:
-                    key_names.append(keys.tokens(tenant, rule.scope))
-                    token_keys.append(len(key_names) + 1)  # KEYS[1] is the settled set
-                if rule.max_concurrent is not None:
-                    key_names.append(keys.leases(tenant, rule.scope))
-                    lease_keys.append(len(key_names) + 1)
-            layout = (key_names, token_keys, lease_keys)
-            _remember(self._settle_layouts, cache_key, layout)
-        return layout
+        spec = settle_spec(
+            settlement,
+            settled_ttl_s=self._settled_ttl_s,
+            ledger_ttl_s=self.ledger_ttl_s,
+            token_keys=token_keys,
+            lease_keys=lease_keys,
+        )
+        await self._scripts.run(self._settle, key_names, spec)
 
     async def usage(self, month: str, tenant: str | None = None) -> UsageReport:
         try:
@@ -374,68 +233,3 @@ class RedisStore:
             await self._fast.close()
         if self._owns_client:
             await self._client.close()
-
-    # ---- one bounded round trip ---------------------------------------------------------------
-
-    async def _eval(self, script: _Script, keys: Sequence[str], spec: bytes) -> list[Any]:
-        """One request's script reply, within ``timeout_s``.
-
-        On the fast path, calls made in the same event-loop turn with the same keys (same tenant,
-        same rules) share one EVALSHA: the script takes one ARGV entry per request and answers each
-        in turn, atomically. At concurrency 16 that is a fraction of the commands, bytes and parsing.
-        The batch holds the one timer of them all (a timer per call was a quarter of this client's
-        CPU) and always resolves every caller's future: a reply, or StoreUnavailable.
-        """
-        if self._fast is not None:
-            return await self._enqueue(script, keys, spec)  # the batch bounds the wait by timeout_s
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                reply = await self._client.evalsha(script.sha, script.source, keys, spec)  # loads on NOSCRIPT
-        except (RespError, OSError, TimeoutError) as exc:
-            raise StoreUnavailable(f"rate-limit store unavailable: {exc!r}") from exc
-        return list(reply[0]) if isinstance(reply[0], list) else [reply[0]]
-
-    def _enqueue(self, script: _Script, keys: Sequence[str], spec: bytes) -> asyncio.Future[list[Any]]:
-        """Queue one call into this loop turn's batch for its keys; the batch always settles the future."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[Any]] = loop.create_future()
-        group = (script.sha, tuple(keys))
-        batch = self._batches.get(group)
-        if batch is None:
-            batch = self._batches[group] = []
-            loop.call_soon(self._send_batch, script, group)
-        batch.append((spec, future))
-        return future
-
-    def _send_batch(self, script: _Script, group: tuple[str, tuple[str, ...]]) -> None:
-        batch = self._batches.pop(group)
-        task = asyncio.get_running_loop().create_task(self._run_batch(script, group[1], batch))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _run_batch(
-        self, script: _Script, keys: tuple[str, ...], batch: list[tuple[bytes, asyncio.Future[list[Any]]]]
-    ) -> None:
-        assert self._fast is not None
-        specs = [spec for spec, _ in batch]
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                try:
-                    replies = await self._fast.execute("EVALSHA", script.sha, len(keys), *keys, *specs)
-                except RespError as error:
-                    if not str(error).startswith("NOSCRIPT"):
-                        raise
-                    await self._fast.execute("SCRIPT", "LOAD", script.source)  # a fresh or flushed Redis
-                    replies = await self._fast.execute("EVALSHA", script.sha, len(keys), *keys, *specs)
-        except (RespError, OSError, TimeoutError) as exc:
-            _fail(batch, StoreUnavailable(f"rate-limit store unavailable: {exc!r}"))
-            return
-        except BaseException as exc:  # cancelled (shutdown) or a bug: no caller may wait forever
-            _fail(batch, StoreUnavailable(f"rate-limit store call failed: {exc!r}"))
-            raise
-        if not isinstance(replies, list) or len(replies) != len(batch):
-            _fail(batch, StoreUnavailable(f"rate-limit store answered {replies!r} to {len(batch)} calls"))
-            return
-        for (_, future), reply in zip(batch, replies, strict=True):
-            if not future.done():
-                future.set_result(reply if isinstance(reply, list) else [reply])

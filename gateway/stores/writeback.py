@@ -13,14 +13,22 @@ import asyncio
 import functools
 import itertools
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
 from gateway.stores.base import StoreUnavailable
+from gateway.stores.key_names import KeySpace
 from gateway.stores.pending import PendingWrites
 
-if TYPE_CHECKING:
-    from gateway.stores.redis import RedisStore
+
+class FlushTarget(Protocol):
+    """Where the writes go: ``gateway.stores.redis.RedisStore``."""
+
+    keys: KeySpace
+    ledger_ttl_s: int
+
+    def flush_soon(self, keys: Sequence[str], spec: bytes) -> Awaitable[Any]: ...
+
 
 _MAX_UNSENT = 8
 """Writes kept per tenant while Redis is away; past that, newer settles wait in the pending sum."""
@@ -36,7 +44,7 @@ class WriteBack:
         on_failure: called when a write fails (CreditStore drops its credit then).
     """
 
-    def __init__(self, redis: RedisStore, *, on_failure: Callable[[], None] | None = None) -> None:
+    def __init__(self, redis: FlushTarget, *, on_failure: Callable[[], None] | None = None) -> None:
         self._redis = redis
         self._on_failure = on_failure
         self._pending: dict[str, PendingWrites] = {}

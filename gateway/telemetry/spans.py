@@ -15,8 +15,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from gateway.errors import GatewayError
 from gateway.pipeline import Call, Stage
+from gateway.policy.telemetry import TelemetryConfig
 from gateway.telemetry import semconv as sc
-from gateway.telemetry.config import TelemetryConfig
 from gateway.telemetry.traceparent import traceparent_of
 
 __all__ = ["AttemptSpan", "RequestSpan"]

@@ -42,8 +42,8 @@ from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, SamplingResul
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind
 from opentelemetry.trace.span import TraceState
 
+from gateway.policy.telemetry import TelemetryConfig
 from gateway.telemetry import semconv as sc
-from gateway.telemetry.config import TelemetryConfig
 from gateway.telemetry.spans import RequestSpan
 from gateway.telemetry.traceparent import parse_traceparent, traceparent_of
 

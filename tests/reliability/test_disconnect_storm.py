@@ -17,7 +17,7 @@ from backends.engine.config import EngineConfig
 from backends.engine.llm_engine import LLMEngine
 from backends.serving.app import create_app
 from tests.backends.engine.tiny import build_tiny_model
-from tests.backends.server.harness import serve, wait_until
+from tests.backends.serving.harness import serve, wait_until
 from tests.support.gateway_server import GatewayServer, write_policy
 
 pytestmark = pytest.mark.slow

@@ -208,8 +208,8 @@ def _held_back(store: Any) -> dict[str, Any]:
         state["kept settles"] = list(store._unsettled)
         state.update(_held_back(store.primary))
     elif isinstance(store, CreditStore):
-        state["window credit"] = dict(store._windows)
-        state["spare slots"] = dict(store._slots)
+        state["window credit"] = dict(store._credit.windows)
+        state["spare slots"] = dict(store._credit.slots)
         state["held leases"] = len(store._leases)
         state["owed writes"] = store._writes.owed()
     elif isinstance(store, RedisStore):

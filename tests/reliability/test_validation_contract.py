@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from backends.serving.app import create_app
-from tests.backends.server.harness import serve
+from tests.backends.serving.harness import serve
 from tests.support.gateway_server import GatewayServer, write_policy
 
 CHAT = "/v1/chat/completions"

@@ -1,10 +1,12 @@
-"""Scheduler with fake sequences and no model: budgets, chunking, priority, preemption, never-fits."""
+"""Scheduler with fake sequences and no model: budgets, chunking, priority, preemption, never-fits, and
+the post-processing of a step (appended tokens, stops, forks)."""
 
 from __future__ import annotations
 
 import itertools
 
 from backends.engine.block_manager import BlockManager
+from backends.engine.sampler import SampleResult
 from backends.engine.sampling_params import SamplingParams
 from backends.engine.scheduler import Scheduler, SchedulerOutput
 from backends.engine.sequence import Sequence, SequenceStatus
@@ -25,8 +27,8 @@ def seq(num_tokens: int, priority: int = 0) -> Sequence:
 
 
 def advance(out: SchedulerOutput, bm: BlockManager) -> None:
-    """What the engine does after a step: mark tokens computed, free what a window passed, append one
-    sampled token."""
+    """``Scheduler.postprocess`` in short, without stop checks: mark tokens computed, free what a window
+    passed, append one sampled token."""
     for item in out.scheduled:
         last = item.is_last_chunk
         item.seq.num_computed_tokens += item.num_new_tokens
@@ -199,3 +201,91 @@ def test_a_preempted_long_sequence_resumes_from_its_cached_window() -> None:
     # back at 32 of 33 tokens from blocks 6 and 7 alone (keys from 27): the first six never came back
     assert resumed_at == (32, 6)
     assert a.num_tokens > 40 and b.num_tokens > 20
+
+
+# -- postprocess -------------------------------------------------------------------------------------
+class CharDetokenizer:
+    """Each token's text is the character of its id."""
+
+    def step(self, token_ids: list[int]) -> str:
+        return chr(token_ids[-1])
+
+
+def text_seq(prompt: str, params: SamplingParams, *, index: int = 0, seq_id: int | None = None) -> Sequence:
+    n = next(_ids) if seq_id is None else seq_id
+    s = Sequence(
+        seq_id=n, request_id="r", token_ids=[ord(c) for c in prompt], params=params, arrival=0, index=index
+    )
+    s.detokenizer = CharDetokenizer()
+    return s
+
+
+def run_step(sched: Scheduler, tokens: list[int]) -> list[Sequence]:
+    out = sched.schedule()
+    sampling = [item for item in out.scheduled if item.is_last_chunk]
+    result = SampleResult(tokens[: len(sampling)], [None] * len(sampling))
+    return sched.postprocess(out.scheduled, result)
+
+
+def test_postprocess_appends_and_stops_on_eos_stop_strings_and_limits() -> None:
+    sched = Scheduler(
+        BlockManager(64, 4), max_num_seqs=8, max_num_batched_tokens=64, eos_token_id=0, max_model_len=9
+    )
+    eos, stop, length, model_len = (
+        text_seq("abcd", SamplingParams()),
+        text_seq("abcd", SamplingParams(stop=["yz"])),
+        text_seq("abcd", SamplingParams(max_tokens=2)),
+        text_seq("abcd", SamplingParams()),
+    )
+    for s in (eos, stop, length, model_len):
+        sched.add(s)
+    assert run_step(sched, [ord("x")] * 4) == [eos, stop, length, model_len]
+    assert [s.text for s in (eos, stop, length, model_len)] == ["x"] * 4
+    run_step(sched, [0, ord("y"), ord("y"), ord("y")])
+    assert eos.finish_reason == "stop" and eos.output_token_ids == [ord("x"), 0]
+    assert length.finish_reason == "length" and length.num_output_tokens == 2
+    run_step(sched, [ord("z"), ord("w"), ord("w")])
+    assert stop.finish_reason == "stop" and stop.text == "x"  # the stop string is cut off
+    run_step(sched, [ord("w")])
+    assert not model_len.is_finished
+    run_step(sched, [ord("w")])  # its ninth token fills max_model_len
+    assert model_len.finish_reason == "length" and model_len.num_tokens == 9
+    assert not sched.has_unfinished() and sched.num_generated_tokens == 2 + 2 + 3 + 5
+    assert sched.block_manager.num_free_blocks == 64
+
+
+def test_postprocess_records_logprobs_with_token_text() -> None:
+    sched = Scheduler(
+        BlockManager(64, 4), max_num_seqs=8, max_num_batched_tokens=64, token_text=lambda t: f"<{t}>"
+    )
+    s = text_seq("ab", SamplingParams(logprobs=1, max_tokens=1))
+    s.logprobs = []
+    sched.add(s)
+    out = sched.schedule()
+    sched.postprocess(out.scheduled, SampleResult([ord("c")], [(-0.5, [(ord("c"), -0.5)])]))
+    [(chosen, top)] = s.logprobs
+    assert (chosen.token_id, chosen.logprob, chosen.decoded) == (ord("c"), -0.5, "<99>")
+    assert [t.decoded for t in top] == ["<99>"]
+
+
+def test_forks_join_once_the_parent_samples_and_share_its_prompt_blocks() -> None:
+    sched = make(num_blocks=16, block_size=4)
+    params = SamplingParams(n=3, max_tokens=2)
+    parent, *children = (text_seq("abcdefghi", params, index=i) for i in range(3))
+    sched.add(parent, forks=children)
+    assert run_step(sched, [ord("x")]) == [parent]
+    assert sched.running == [parent, *children]
+    assert all(c.block_table[:2] == parent.block_table[:2] for c in children)
+    assert all(c.num_computed_tokens == 8 for c in children)  # only the tail is left to compute
+    sched.block_manager.check_invariants(sched.live_seqs)
+
+
+def test_a_parent_that_ends_before_forking_ends_its_children() -> None:
+    sched = make()
+    params = SamplingParams(n=2)
+    parent, child = text_seq("abc", params), text_seq("abc", params, index=1)
+    sched.add(parent, forks=[child])
+    parent.error = "boom"
+    sched.finish(parent, "error")
+    assert child.is_finished and (child.finish_reason, child.error) == ("error", "boom")
+    assert sched.forks == {}

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from backends.engine.llm_engine import LLMEngine, _freeable_window
-from backends.engine.model_config import ModelConfig
+from backends.engine.llm_engine import LLMEngine
 from backends.engine.outputs import RequestOutput
 from backends.engine.sampling_params import SamplingParams
 from tests.backends.engine.conftest import EngineFactory
@@ -171,25 +170,6 @@ def test_sampled_completions_equal_with_and_without_freeing(variant: str, make_e
     for a, b in zip(freed, kept, strict=True):
         assert [c.token_ids for c in a.outputs] == [c.token_ids for c in b.outputs]
     assert len({tuple(c.token_ids) for c in freed[0].outputs}) > 1
-
-
-def test_full_attention_layers_keep_every_block() -> None:
-    shapes: dict[str, Any] = {
-        "vocab_size": 16,
-        "hidden_size": 8,
-        "intermediate_size": 16,
-        "num_layers": 3,
-        "num_heads": 1,
-        "num_kv_heads": 1,
-        "head_dim": 8,
-        "sliding_window": 512,
-    }
-    every = ModelConfig(**shapes, architecture="MistralForCausalLM")
-    named = ModelConfig(**shapes, layer_types=("sliding_attention",) * 3)
-    mixed = ModelConfig(**shapes, layer_types=("sliding_attention", "sliding_attention", "full_attention"))
-    assert _freeable_window(every, 4096) == _freeable_window(named, 4096) == 512
-    assert _freeable_window(mixed, 4096) is None
-    assert _freeable_window(every, 512) is None  # a window that never bites frees nothing
 
 
 def test_engines_without_a_window_free_nothing(make_engine: EngineFactory) -> None:

@@ -12,10 +12,10 @@ from aiohttp import web
 from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 from gateway.policy import Policy, parse_policy
 from gateway.replicas.balancer import Balancer, ReplicaState
+from gateway.replicas.client import AiohttpUpstreamClient, UpstreamResponse
 from gateway.replicas.config import BalancerConfig, BreakerConfig, HealthConfig, RoutingConfig
 from gateway.replicas.health import HealthChecker, ReplicaLoad, parse_vllm_metrics
 from gateway.replicas.pools import Timeouts
-from gateway.upstream_client import AiohttpUpstreamClient, UpstreamResponse
 from tests.support.redis_server import free_port
 
 VLLM_PAGE = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.

@@ -24,7 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.errors import UpstreamConnectError, UpstreamTimeout
-from gateway.upstream_client import map_client_errors
+from gateway.replicas.client import map_client_errors
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
 

@@ -16,10 +16,10 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from gateway.policy.telemetry import TelemetryConfig, telemetry_of
 from gateway.proxy import Observer
 from gateway.telemetry import semconv as sc
 from gateway.telemetry.access_log import AccessLog
-from gateway.telemetry.config import TelemetryConfig, telemetry_of
 from gateway.telemetry.tracing import (
     GatewayTracer,
     JsonLinesSpanExporter,

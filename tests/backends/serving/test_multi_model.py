@@ -16,7 +16,7 @@ from backends.engine.async_engine import AsyncLLMEngine
 from backends.server import build_models, parse_args, served_models
 from backends.serving.app import create_app
 from tests.backends.engine.tiny import build_tiny_model
-from tests.backends.server.harness import serve, wait_until
+from tests.backends.serving.harness import serve, wait_until
 
 PROMPT = "one two three"
 

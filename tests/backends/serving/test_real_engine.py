@@ -18,7 +18,7 @@ from backends.engine.config import EngineConfig
 from backends.engine.llm_engine import LLMEngine
 from backends.serving.app import create_app
 from tests.backends.engine.tiny import build_tiny_model
-from tests.backends.server.harness import serve, wait_until
+from tests.backends.serving.harness import serve, wait_until
 
 MESSAGES: Any = [{"role": "user", "content": "Hello there"}]
 

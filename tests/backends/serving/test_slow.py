@@ -16,8 +16,8 @@ import pytest
 
 from backends.embedder import Embedder, find_model_dir
 from backends.serving.app import create_app
-from tests.backends.server.fake_engine import FakeAsyncEngine
-from tests.backends.server.harness import free_port, serve
+from tests.backends.serving.fake_engine import FakeAsyncEngine
+from tests.backends.serving.harness import free_port, serve
 
 ROOT = Path(__file__).resolve().parents[3]
 

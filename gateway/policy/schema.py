@@ -1,29 +1,21 @@
-"""The policy: pools of replicas, model aliases, timeouts and limits, from one YAML file.
+"""The policy's document: frozen msgspec Structs for every section (pools, keys, tenants, limits, ...).
 
-``load_policy(path)`` parses YAML into frozen msgspec Structs and validates it; every error names the
-file, the path inside it and what was expected (``pools.large.replicas[0].base_url: expected an
-http(s) URL``). A git-ignored overlay file (``policies/local.yaml`` next to the policy by default) is
-merged on top, so a developer's own keys never land in the committed file.
+Each feature owns its own section's Struct (``gateway.replicas.pools`` and ``.config``,
+``gateway.tiers.config``, ``gateway.cache.config``, ``gateway.policy.telemetry``); ``Policy`` puts
+them together. Loading and validation are ``gateway.policy.loader``.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from typing import Annotated, Literal
 
 import msgspec
-import yaml
 
 from gateway.cache.config import CacheConfig
-from gateway.replicas.config import RoutingConfig, check_routing, convert_routing
+from gateway.policy.telemetry import TelemetryConfig
+from gateway.replicas.config import RoutingConfig
 from gateway.replicas.pools import Pool, Timeouts
-from gateway.telemetry.config import TelemetryConfig
-from gateway.tiers.classifier import ClassifierLoadError
 from gateway.tiers.config import ClassifierConfig
-from gateway.tiers.factory import build_classifier
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
 Name = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN, max_length=128)]
@@ -202,134 +194,3 @@ class Policy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             [self.auto_model] if self.classifier is not None and self.auto_model not in self.aliases else []
         )
         return [*self.pools, *self.aliases, *auto]
-
-
-_MSGSPEC_PATH = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
-
-
-def _format_msgspec_error(error: msgspec.ValidationError) -> str:
-    match = _MSGSPEC_PATH.match(str(error))
-    assert match is not None
-    what, path = match.group("what"), (match.group("path") or "").lstrip(".")
-    what = what[0].lower() + what[1:] if what else what
-    return f"{path}: {what}" if path else what
-
-
-def _check(policy: Policy) -> list[str]:
-    problems: list[str] = []
-    if not policy.pools:
-        problems.append("pools: expected at least one pool")
-    for pool_name, pool in policy.pools.items():
-        if not pool.replicas:
-            problems.append(f"pools.{pool_name}.replicas: expected at least one replica")
-        for i, replica in enumerate(pool.replicas):
-            where = f"pools.{pool_name}.replicas[{i}]"
-            parts = urlsplit(replica.base_url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                problems.append(f"{where}.base_url: expected an http(s) URL, got {replica.base_url!r}")
-            if not replica.model:
-                problems.append(f"{where}.model: expected the served model name")
-    for alias, target in policy.aliases.items():
-        if alias in policy.pools:
-            problems.append(f"aliases.{alias}: is also a pool name")
-        if target == policy.auto_model and policy.classifier is not None:
-            continue
-        if target not in policy.pools:
-            problems.append(
-                f"aliases.{alias}: expected one of the pools ({', '.join(policy.pools)}), got {target!r}"
-            )
-    seen: dict[str, int] = {}
-    for i, key in enumerate(policy.keys):
-        if key.sha256 in seen:
-            problems.append(f"keys[{i}].sha256: duplicate of keys[{seen[key.sha256]}] (one hash, one key)")
-        seen.setdefault(key.sha256, i)
-        for pool_name in key.pools:
-            if pool_name not in policy.pools:
-                problems.append(f"keys[{i}].pools: unknown pool {pool_name!r}")
-        for model in key.models:
-            if policy.pool_for_model(model) is None:
-                problems.append(f"keys[{i}].models: unknown model {model!r}")
-    names = [k.key_id for k in policy.keys]
-    for name in sorted({n for n in names if names.count(n) > 1}):
-        problems.append(f"keys: duplicate key name {name!r}")
-    for tenant_name, tenant in policy.tenants.items():
-        for pool_name in tenant.pools:
-            if pool_name not in policy.pools:
-                problems.append(f"tenants.{tenant_name}.pools.{pool_name}: unknown pool")
-    for pool_name in policy.cache.pools:
-        if pool_name not in policy.pools:
-            problems.append(f"cache.pools.{pool_name}: unknown pool")
-    problems.extend(check_routing(policy.routing, policy.pools))
-    if policy.auto_model in policy.pools:
-        problems.append(f"auto_model: {policy.auto_model!r} is also a pool name")
-    if policy.classifier is not None:
-        try:
-            build_classifier(policy.classifier, pools=list(policy.pools))
-        except ClassifierLoadError as e:
-            problems.append(f"classifier: {e}")
-    return problems
-
-
-def merge(base: Any, overlay: Any) -> Any:
-    """Deep-merge two YAML documents: mappings merge, anything else in the overlay wins."""
-    if isinstance(base, Mapping) and isinstance(overlay, Mapping):
-        merged = dict(base)
-        for key, value in overlay.items():
-            if key == "keys" and isinstance(base.get(key), list) and isinstance(value, list):
-                merged[key] = [*base[key], *value]  # an overlay adds keys, never hides the committed ones
-            else:
-                merged[key] = merge(base[key], value) if key in base else value
-        return merged
-    return overlay
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PolicyError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise PolicyError(f"{path}: cannot read: {e}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise PolicyError(f"{path}: invalid YAML: {e}") from None
-
-
-def parse_policy(document: Any, source: str) -> Policy:
-    """Validate a decoded YAML document into a Policy."""
-    if not isinstance(document, Mapping):
-        raise PolicyError(f"{source}: expected a mapping at the top level")
-    if "routing" in document:
-        try:
-            convert_routing(document["routing"])
-        except ValueError as e:
-            raise PolicyError(f"{source}: {e}") from None
-    pools = document.get("pools")
-    if isinstance(pools, Mapping):
-        # msgspec names a dict key `[...]`: check each pool alone so the error can name it
-        for name, pool in pools.items():
-            try:
-                msgspec.convert(pool, Pool, strict=True)
-            except msgspec.ValidationError as e:
-                inner = _format_msgspec_error(e)
-                sep = "" if inner.startswith(("[", ".")) or ": " not in inner else "."
-                where = f"pools.{name}{sep}{inner}" if ": " in inner else f"pools.{name}: {inner}"
-                raise PolicyError(f"{source}: {where}") from None
-    try:
-        policy = msgspec.convert({**document, "source": source}, Policy, strict=True)
-    except msgspec.ValidationError as e:
-        raise PolicyError(f"{source}: {_format_msgspec_error(e)}") from None
-    problems = _check(policy)
-    if problems:
-        raise PolicyError("\n".join(f"{source}: {p}" for p in problems))
-    return policy
-
-
-def load_policy(path: str | Path, overlay: str | Path | None = None) -> Policy:
-    """Read, merge and validate a policy file (plus an optional overlay that may be absent)."""
-    path = Path(path)
-    document = _read_yaml(path)
-    if overlay is not None and Path(overlay).exists():
-        document = merge(document, _read_yaml(Path(overlay)) or {})
-    return parse_policy(document, str(path))

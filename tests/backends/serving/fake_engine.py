@@ -15,8 +15,11 @@ from typing import Any
 from backends.engine.errors import QueueFullError
 from backends.engine.outputs import CompletionOutput, Logprob, RequestOutput
 from backends.engine.sampling_params import SamplingParams
+from backends.engine.stats import EngineStats
 
 REPLY = "Hello, wörld! 😀 done."
+MODEL = "tiny-fake"
+"""The name the contract tests serve the twin under."""
 EOS_ID = 256
 
 
@@ -47,20 +50,6 @@ class FakeCore:
     tokenizer: FakeTokenizer = field(default_factory=FakeTokenizer)
     model_name: str = "tiny-fake"
     max_model_len: int = 512
-
-
-@dataclass(frozen=True)
-class FakeStats:
-    num_running: int
-    num_waiting: int
-    kv_cache_usage: float
-    num_blocks_total: int
-    num_blocks_free: int
-    prefix_cache_queries: int
-    prefix_cache_hits: int
-    num_preemptions: int
-    num_generated_tokens: int
-    num_prompt_tokens: int
 
 
 class FakeAsyncEngine:
@@ -100,9 +89,9 @@ class FakeAsyncEngine:
         assert self._loop is not None and self._gate is not None
         self._loop.call_soon_threadsafe(self._gate.set)
 
-    def stats(self) -> FakeStats:
+    def stats(self) -> EngineStats:
         used = len(self.running)
-        return FakeStats(
+        return EngineStats(
             num_running=len(self.running),
             num_waiting=len(self.waiting),
             kv_cache_usage=used / self.num_blocks_total,
@@ -195,3 +184,12 @@ class FakeAsyncEngine:
                 self.aborted.append(request_id)
             self.waiting.discard(request_id)
             self.running.discard(request_id)
+
+
+class FakeEmbedder:
+    """An embedder twin: one fixed vector per text, a word count as its tokens."""
+
+    model_name = "all-minilm-l6-v2"
+
+    def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        return [[1.0, 0.0, 0.0] for _ in texts], sum(len(t.split()) for t in texts)

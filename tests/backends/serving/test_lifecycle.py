@@ -9,8 +9,8 @@ import pytest
 
 from backends.serving.app import create_app
 from backends.serving.engine_client import AsyncEngineLike
-from tests.backends.server.fake_engine import FakeAsyncEngine
-from tests.backends.server.harness import serve, wait_until
+from tests.backends.serving.fake_engine import FakeAsyncEngine
+from tests.backends.serving.harness import serve, wait_until
 
 CHAT = {"model": "tiny-fake", "messages": [{"role": "user", "content": "Hi"}]}
 

@@ -1,0 +1,21 @@
+"""``EngineStats``: the engine's counters at one moment (torch-free, so the server can import it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot for /metrics and admission control."""
+
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float
+    num_blocks_total: int
+    num_blocks_free: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    num_preemptions: int
+    num_generated_tokens: int
+    num_prompt_tokens: int

@@ -1,0 +1,1 @@
+"""The lean Redis client (RESP over asyncio connections) that the stores and the caches share."""

@@ -1,0 +1,1 @@
+"""Replica choice: pools of replicas, balancing strategies, circuit breakers, health checks, fallbacks."""

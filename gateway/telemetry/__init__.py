@@ -1,0 +1,1 @@
+"""Telemetry: Prometheus metrics, OpenTelemetry traces (GenAI semantic conventions) and the access log."""

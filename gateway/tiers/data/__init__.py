@@ -1,0 +1,1 @@
+"""The shipped learned tier classifier (router.bin)."""

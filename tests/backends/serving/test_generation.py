@@ -1,0 +1,66 @@
+"""One engine request as the server drives it: a full queue is a 429, a client that hangs up aborts
+its request (streamed or not)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import httpx
+import openai
+import pytest
+
+from tests.backends.serving.fake_engine import MODEL, FakeAsyncEngine
+from tests.backends.serving.harness import wait_until
+
+
+def test_full_queue_is_429(client: openai.OpenAI, fake: FakeAsyncEngine) -> None:
+    fake.hold()
+    waiting = threading.Thread(
+        target=lambda: client.completions.create(model=MODEL, prompt="a", max_tokens=2), daemon=True
+    )
+    waiting.start()
+    try:
+        assert wait_until(lambda: len(fake.waiting) == 1)
+        with pytest.raises(openai.RateLimitError) as info:
+            client.completions.create(model=MODEL, prompt="b", max_tokens=2)
+        assert info.value.response.headers["retry-after"] == "1"
+        assert info.value.code == "queue_full"
+    finally:
+        fake.release()
+        waiting.join(timeout=10)
+    assert not waiting.is_alive()
+
+
+def test_stream_disconnect_aborts(base_url: str, fake: FakeAsyncEngine) -> None:
+    fake.step_s = 0.05
+    try:
+        body = {"model": MODEL, "prompt": "a", "max_tokens": 200, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"{base_url}/v1/completions", json=body, timeout=20) as response:
+            request_id = response.headers["x-request-id"]
+            chunks = response.iter_bytes()  # held: a dropped iterator closes the response
+            next(chunks)
+            assert request_id in fake.running
+        assert wait_until(lambda: request_id in fake.aborted and not fake.running)
+        assert fake.stats().num_blocks_free == fake.num_blocks_total
+    finally:
+        fake.step_s = 0.001
+
+
+def test_non_stream_disconnect_aborts(base_url: str, fake: FakeAsyncEngine) -> None:
+    fake.step_s = 0.05
+    try:
+        before = len(fake.aborted)
+        body = json.dumps({"model": MODEL, "prompt": "a", "max_tokens": 200, "ignore_eos": True}).encode()
+        port = int(base_url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            assert wait_until(lambda: len(fake.running) == 1)
+        assert wait_until(lambda: len(fake.aborted) == before + 1 and not fake.running)
+    finally:
+        fake.step_s = 0.001

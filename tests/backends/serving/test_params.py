@@ -1,0 +1,78 @@
+"""Request bodies to sampling parameters: what is refused (400 with the field as ``param``), what
+nulls and edge values mean, and the context-length check."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tests.backends.serving.fake_engine import MODEL, FakeAsyncEngine
+from tests.backends.serving.harness import assert_error, chat, post
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": MODEL}, None),  # missing messages
+        ({"model": MODEL, "messages": "hi"}, "messages"),
+        ({"model": MODEL, "messages": [{"content": "hi"}]}, None),
+        ({"model": MODEL, "messages": [{"role": 3, "content": "hi"}]}, "messages[0].role"),
+        ({"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
+        ({"model": MODEL, "messages": []}, "messages"),
+        (chat(temperature="hot"), "temperature"),
+        (chat(temperature=-1), "temperature"),
+        (chat(top_p=1.5), "top_p"),
+        (chat(n=0), "n"),
+        (chat(max_tokens=0), "max_tokens"),
+        (chat(top_logprobs=2), "top_logprobs"),
+        (chat(logprobs=True, top_logprobs=99), "top_logprobs"),
+        (chat(stop=[""]), "stop[0]"),
+        (chat(stream_options={"include_usage": "yes"}), "stream_options.include_usage"),
+        ({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+         "messages[0].content"),
+        ({"model": MODEL, "messages": [{"role": "assistant", "content": "hi"}]}, "messages"),
+    ],
+)  # fmt: skip
+def test_bad_chat_requests_are_400(base_url: str, body: dict[str, object], param: str | None) -> None:
+    assert_error(post(base_url, "/v1/chat/completions", body), 400, param=param)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": MODEL},
+        {"model": MODEL, "prompt": ["a", "b"]},
+        {"model": MODEL, "prompt": [1, "b"]},
+        {"model": MODEL, "prompt": [999]},
+        {"model": MODEL, "prompt": "x", "echo": True},
+        {"model": MODEL, "prompt": "x", "logprobs": "yes"},
+    ],
+)
+def test_bad_completion_requests_are_400(base_url: str, body: dict[str, object]) -> None:
+    assert_error(post(base_url, "/v1/completions", body), 400)
+
+
+def test_top_p_zero_is_greedy(base_url: str, fake: FakeAsyncEngine) -> None:
+    response = post(base_url, "/v1/chat/completions", chat(top_p=0, temperature=0.8))
+    assert response.status_code == 200, response.text
+    params = fake.calls[-1]["params"]
+    assert (params.temperature, params.top_p, params.is_greedy) == (0.0, 1.0, True)
+
+
+def test_nulls_mean_the_defaults(base_url: str, fake: FakeAsyncEngine) -> None:
+    nulls = dict.fromkeys(["stream", "n", "temperature", "top_p", "max_tokens", "logprobs", "seed", "stop"])
+    response = post(base_url, "/v1/chat/completions", chat(**nulls, top_logprobs=None, stream_options=None))
+    assert response.status_code == 200, response.text
+    params = fake.calls[-1]["params"]
+    assert (params.n, params.temperature, params.top_p, params.max_tokens) == (1, 1.0, 1.0, None)
+    response = post(base_url, "/v1/completions", {"model": MODEL, "prompt": "x", **nulls, "echo": None})
+    assert response.status_code == 200, response.text
+    assert fake.calls[-1]["params"].max_tokens == 16
+
+
+def test_too_long_prompt_is_context_length_exceeded(client: openai.OpenAI, base_url: str) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x" * 600}])
+    assert info.value.code == "context_length_exceeded"
+    body = {"model": MODEL, "prompt": "x" * 10, "max_tokens": 600}
+    assert_error(post(base_url, "/v1/completions", body), 400, "context_length_exceeded", "max_tokens")

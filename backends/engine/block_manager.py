@@ -259,14 +259,6 @@ class BlockManager:
         seq.num_computed_tokens = 0
         t.num_hashed_blocks = 0
 
-    def reset_prefix_cache(self) -> None:
-        """Forget every cached hash (blocks in use keep their data)."""
-        for block_id in list(self.evictable):
-            self.free_ids.append(block_id)
-        self.evictable.clear()
-        self.hash_to_block.clear()
-        self.block_hash = [None] * self.num_blocks
-
     def _num_forkable_blocks(self, seq: Sequence) -> int:
         """Full prompt blocks an n > 1 parent shares (the last prompt token is always recomputed)."""
         return (seq.num_prompt_tokens - 1) // self.block_size

@@ -51,7 +51,6 @@ class KVBlocks(Protocol):
     def free_out_of_window(self, seq: Sequence) -> int: ...
     def fork(self, parent: Sequence, child: Sequence) -> None: ...
     def free(self, seq: Sequence) -> None: ...
-    def reset_prefix_cache(self) -> None: ...
     def check_invariants(self, seqs: Iterable[Sequence] | None = None) -> None: ...
 
 
@@ -104,10 +103,6 @@ class KVGroups:
     def cache_full_blocks(self, seq: Sequence) -> None:
         for g in self.groups:
             g.cache_full_blocks(seq)
-
-    def reset_prefix_cache(self) -> None:
-        for g in self.groups:
-            g.reset_prefix_cache()
 
     # -- allocate / free -----------------------------------------------------------------------------
     def can_ever_fit(self, seq: Sequence) -> bool:

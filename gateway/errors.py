@@ -1,26 +1,30 @@
 """The gateway's error tree and the one renderer of OpenAI's error shape.
 
-::
+``ErrorClass (status default_code)``, each rendered as ``{"error": {"message", "type", "param",
+"code"}}``::
 
     GatewayError                      (500 internal_error: a bug, never expected)
-    +-- InvalidRequest                (400 invalid_request_error)
+    +-- InvalidRequest                (400 invalid_request)
     |   +-- InvalidJSON               (400 invalid_json)
     |   +-- BodyTooLarge              (413 request_too_large)
     |   +-- RequestTimeout            (408 request_timeout: headers or body too slow to arrive)
     +-- AuthenticationFailed          (401 invalid_api_key)
-    +-- PermissionDenied              (403 / 404 model_not_found, as OpenAI answers)
-    +-- ModelNotFound                 (404 model_not_found)
+    +-- PermissionDenied              (403 permission_denied: an admin endpoint without an admin key)
+    +-- ModelNotFound                 (404 model_not_found: also for a model the key may not use)
+    +-- NotFound                      (404 not_found: an unknown URL)
+    +-- MethodNotAllowed              (405 method_not_allowed)
     +-- RateLimited                   (429 rate_limit_exceeded / insufficient_quota, Retry-After)
     +-- UpstreamError                 (502 upstream_error: the upstream answered badly)
     |   +-- UpstreamConnectError      (502 upstream_connect_error)
     |   +-- UpstreamProtocolError     (502 upstream_protocol_error: malformed body or SSE)
     |   +-- UpstreamStatusError       (the upstream's own 4xx, relayed with its status)
     +-- UpstreamTimeout               (504 upstream_timeout)
-    +-- ServiceUnavailable            (503 no_healthy_replica / store_unavailable, Retry-After)
     +-- ClientDisconnected            (499 client_closed_request: never sent; it names the outcome)
+    +-- ServiceUnavailable            (503 service_unavailable / no_healthy_replica / store_unavailable)
 
-Foreign exceptions (aiohttp, msgspec, redis) are translated at the edge that meets them; the app
-installs one exception handler that renders any of these with :func:`render`.
+Foreign exceptions (aiohttp, msgspec, redis) are translated at the edge that meets them. The
+request's owner (``gateway.proxy``) and the other endpoints (``gateway.routes``) render any of these
+with :func:`render`.
 """
 
 from __future__ import annotations

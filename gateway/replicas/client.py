@@ -38,8 +38,32 @@ def map_client_errors(what: str) -> Iterator[None]:
         raise UpstreamError(f"{what}: {type(e).__name__}") from None
 
 
-class UpstreamResponse:
+class UpstreamResponse(Protocol):
     """An upstream response whose headers have arrived; the body is read or streamed after."""
+
+    status: int
+    content_type: str
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        ...
+
+    def chunks(self, idle_s: float, *, first_s: float | None = None) -> AsyncIterator[bytes]:
+        """Body bytes as they arrive; UpstreamTimeout when the first takes over ``first_s`` (default
+        ``idle_s``) or a later gap exceeds ``idle_s``."""
+        ...
+
+    def close(self) -> None:
+        """Drop the connection (used when a client goes away mid-stream)."""
+        ...
+
+    def release(self) -> None:
+        """Return the connection to the pool after the body was read completely."""
+        ...
+
+
+class AiohttpUpstreamResponse:
+    """An aiohttp response behind ``UpstreamResponse``."""
 
     def __init__(self, response: aiohttp.ClientResponse, what: str) -> None:
         self._response = response
@@ -138,7 +162,7 @@ class AiohttpUpstreamClient:
         with map_client_errors(what):
             async with asyncio.timeout(timeouts.first_byte_s if headers_s is None else headers_s):
                 response = await self.session.post(url, data=body, headers=headers, timeout=timeout)
-        return UpstreamResponse(response, what)
+        return AiohttpUpstreamResponse(response, what)
 
     async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
         with map_client_errors(url):

@@ -30,7 +30,7 @@ __all__ = ["RoutingConfig", "fallback_problems", "pool_order"]
 
 def _routing_of(policy_or_config: Any) -> RoutingConfig | None:
     if hasattr(policy_or_config, "pools") and hasattr(policy_or_config, "balancer"):
-        return policy_or_config  # type: ignore[no-any-return]
+        return policy_or_config
     return getattr(policy_or_config, "routing", None)
 
 

@@ -127,7 +127,7 @@ def _otlp_exporter(env: Mapping[str, str]) -> SpanExporter | None:
                 "which is not installed: tracing is OFF. Install it or use http/protobuf."
             )
             return None
-        return GrpcExporter()  # type: ignore[no-any-return]
+        return GrpcExporter()
     if protocol not in ("http/protobuf", "http/json"):
         logger.warning("OTEL_EXPORTER_OTLP_PROTOCOL=%s is not supported; using http/protobuf", protocol)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter

@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gateway.compiled import CompiledPolicy
 from gateway.policy import load_policy
 from gateway.reloader import PolicyReloader
 from tests.support.gateway_process import GatewayProcess
@@ -18,7 +19,7 @@ from tests.support.gateway_server import fake_policy, write_policy
 def test_reload_adopts_good_files_and_refuses_bad_ones(tmp_path: Path) -> None:
     path = write_policy(tmp_path / "p.yaml", fake_policy("http://127.0.0.1:1/v1"))
     reloader = PolicyReloader(path)
-    seen = []
+    seen: list[CompiledPolicy] = []
     reloader.subscribe(seen.append)
     first = reloader.policy
     path.write_text(path.read_text().replace("gpt-4o-mini", "gpt-new"))

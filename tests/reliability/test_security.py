@@ -47,7 +47,8 @@ def test_keys_never_reach_logs_access_logs_spans_or_metrics(
     guarded: GatewayServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    exporter, lines = InMemorySpanExporter(), []
+    exporter = InMemorySpanExporter()
+    lines: list[bytes] = []
     guarded.app.observer = Observer(GatewayTracer(exporter, export_each=True), AccessLog(lines.append))
     guarded.compile_with({"SWITCHYARD_TRACE_SAMPLING_RATIO": "1", "SWITCHYARD_CAPTURE_CONTENT": "1"})
     wrong = "sk-not-a-key-" + "z" * 20

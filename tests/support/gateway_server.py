@@ -51,8 +51,8 @@ def fake_policy(base_url: str, **extra: Any) -> dict[str, Any]:
         },
         "aliases": {"gpt-4o-mini": "small"},
         "auth": {"required": False},
-        # one attempt: fault tests see each upstream failure as it is (tests/gateway/stages/test_retry.py
-        # covers retries)
+        # one attempt: fault tests see each upstream failure as it is (the retry stage's own tests,
+        # tests/gateway/stages/test_retry.py and tests/integration/stages/test_retry.py, cover retries)
         "retry": {"max_attempts": 1},
         "store": {"url_env": None},
     }

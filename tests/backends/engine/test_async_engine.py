@@ -55,7 +55,7 @@ async def test_queue_full_raises_at_once(make_engine: EngineFactory) -> None:
     try:
         params = SamplingParams(max_tokens=10_000, ignore_eos=True)
         running = engine.generate("a", "x", params)
-        await running.__anext__()  # type: ignore[attr-defined]
+        await running.__anext__()
         waiting = [engine.generate("b", "x", params), engine.generate("c", "x", params)]
         with pytest.raises(QueueFullError):
             engine.generate("d", "x", params)
@@ -95,7 +95,7 @@ async def test_cancelled_task_aborts_the_request(async_engine: AsyncLLMEngine) -
 async def test_duplicate_request_id_fails_that_stream(async_engine: AsyncLLMEngine) -> None:
     params = SamplingParams(max_tokens=50, ignore_eos=True)
     first = async_engine.generate("same", "x", params)
-    await first.__anext__()  # type: ignore[attr-defined]
+    await first.__anext__()
     with pytest.raises(ValueError, match="already"):
         await collect(async_engine.generate("same", "x", params))
     await first.aclose()  # type: ignore[attr-defined]
@@ -119,7 +119,7 @@ async def test_stop_fails_open_streams(make_engine: EngineFactory) -> None:
     engine = AsyncLLMEngine(make_engine())
     await engine.start()
     stream = engine.generate("s", "x", SamplingParams(max_tokens=10_000, ignore_eos=True))
-    await stream.__anext__()  # type: ignore[attr-defined]
+    await stream.__anext__()
     await engine.stop()
     with pytest.raises(EngineDeadError):
         async for _ in stream:

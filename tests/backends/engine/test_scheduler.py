@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 from backends.engine.block_manager import BlockManager
+from backends.engine.kv_groups import KVBlocks
 from backends.engine.sampler import SampleResult
 from backends.engine.sampling_params import SamplingParams
 from backends.engine.scheduler import Scheduler, SchedulerOutput
@@ -26,7 +27,7 @@ def seq(num_tokens: int, priority: int = 0) -> Sequence:
     )
 
 
-def advance(out: SchedulerOutput, bm: BlockManager) -> None:
+def advance(out: SchedulerOutput, bm: KVBlocks) -> None:
     """``Scheduler.postprocess`` in short, without stop checks: mark tokens computed, free what a window
     passed, append one sampled token."""
     for item in out.scheduled:
@@ -36,6 +37,12 @@ def advance(out: SchedulerOutput, bm: BlockManager) -> None:
         bm.free_out_of_window(item.seq)
         if last:
             item.seq.token_ids.append(7)
+
+
+def pool(s: Scheduler) -> BlockManager:
+    """The scheduler's one block pool, as ``make`` builds it."""
+    assert isinstance(s.block_manager, BlockManager)
+    return s.block_manager
 
 
 def make(
@@ -142,7 +149,7 @@ def test_a_window_lets_a_sequence_outgrow_the_pool() -> None:
         advance(out, s.block_manager)
         s.block_manager.check_invariants(s.live_seqs)
     assert a.num_tokens == 45 and s.num_preemptions == 0
-    assert s.block_manager.max_num_used_blocks == 3
+    assert pool(s).max_num_used_blocks == 3
 
 
 def test_a_prompt_longer_than_the_pool_is_prefilled_in_chunks_that_fit() -> None:
@@ -157,7 +164,7 @@ def test_a_prompt_longer_than_the_pool_is_prefilled_in_chunks_that_fit() -> None
         s.block_manager.check_invariants(s.live_seqs)
     # each chunk reaches the end of the third block from the window's first key
     assert sizes == [[12], [4], [4], [4], [4], [2]]
-    assert s.block_manager.max_num_used_blocks == 3
+    assert pool(s).max_num_used_blocks == 3
 
 
 def test_a_pool_narrower_than_the_window_ends_a_long_sequence() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from backends.engine.block_manager import BlockManager
 from backends.engine.llm_engine import LLMEngine
 from backends.engine.outputs import RequestOutput
 from backends.engine.sampling_params import SamplingParams
@@ -26,6 +27,12 @@ def greedy(max_tokens: int, n: int = 1) -> SamplingParams:
 def live_bound(window: int) -> int:
     """Blocks a sequence holds between steps: those from its next query's first key to its last token."""
     return -(-(window - 1) // BLOCK_SIZE) + 1
+
+
+def pool(engine: LLMEngine) -> BlockManager:
+    """The engine's one block pool: every layer of these models slides, so there are no ``KVGroups``."""
+    assert isinstance(engine.block_manager, BlockManager)
+    return engine.block_manager
 
 
 def block_bytes(engine: LLMEngine) -> int:
@@ -75,15 +82,15 @@ def test_a_long_generation_holds_only_its_window(
     window = hf_models[variant].config.sliding_window
     prompts = random_prompts(1, 40, 40, seed=20)
     engine = make_engine(variant)
-    assert engine.block_manager.sliding_window == window
+    assert pool(engine).sliding_window == window
     outputs = run_checked(engine, prompts, greedy(260), bound=live_bound(window))
     # 300 tokens would fill 19 blocks; a step holds the window's blocks plus the one it writes into
-    assert engine.block_manager.max_num_used_blocks <= live_bound(window) + 1
+    assert pool(engine).max_num_used_blocks <= live_bound(window) + 1
     assert_matches_hf(hf_models[variant], prompts, outputs, max_tokens=260)
     keeper = make_engine(variant, free_window_blocks=False)
-    assert keeper.block_manager.sliding_window is None
+    assert pool(keeper).sliding_window is None
     kept = run_checked(keeper, prompts, greedy(260))
-    assert keeper.block_manager.max_num_used_blocks == 19
+    assert pool(keeper).max_num_used_blocks == 19
     assert kept[0].outputs[0].token_ids == outputs[0].outputs[0].token_ids
 
 
@@ -127,7 +134,7 @@ def test_prefix_hits_on_blocks_the_window_freed(
     shared = random_prompts(1, 100, 100, seed=23)[0]
     prompts = [shared + tail for tail in random_prompts(3, 1, 20, seed=24)] + [shared]
     first = run_checked(engine, prompts[:1], greedy(30))
-    bm = engine.block_manager
+    bm = pool(engine)
     assert bm.num_used_blocks == 0 and len(bm.evictable) >= 6  # freed early or at the end, still hashed
     rest = run_checked(engine, prompts[1:], greedy(30))
     assert all(out.num_cached_tokens == 96 for out in rest)
@@ -150,7 +157,7 @@ def test_n_completions_fork_after_freeing(
         engine.check_invariants()
         seqs = engine.requests["greedy"].seqs if "greedy" in engine.requests else []
         if len(seqs) == 3 and all(s.num_computed_tokens > 0 for s in seqs[1:]):
-            shared = shared or max(engine.block_manager.ref_counts) == 3
+            shared = shared or max(pool(engine).ref_counts) == 3
             for s in seqs:
                 assert len(s.block_table) - s.num_freed_blocks <= live_bound(window) + 1
     assert shared  # the children started from the parent's window, not from scratch
@@ -174,8 +181,8 @@ def test_sampled_completions_equal_with_and_without_freeing(variant: str, make_e
 
 def test_engines_without_a_window_free_nothing(make_engine: EngineFactory) -> None:
     engine = make_engine("gqa")
-    assert engine.block_manager.sliding_window is None
+    assert pool(engine).sliding_window is None
     prompts = random_prompts(2, 30, 40, seed=27)
     run_checked(engine, prompts, greedy(40))
     # both ran to the end together, holding every block: the last sampled token is never computed
-    assert engine.block_manager.max_num_used_blocks == sum(-(-(len(p) + 39) // BLOCK_SIZE) for p in prompts)
+    assert pool(engine).max_num_used_blocks == sum(-(-(len(p) + 39) // BLOCK_SIZE) for p in prompts)

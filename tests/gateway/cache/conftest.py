@@ -58,6 +58,7 @@ class Backend:
         if self.kind == "memory":
             self.clock.now += seconds
             return
+        assert self.url is not None
         client = redis.asyncio.Redis.from_url(self.url)
         try:
             elapsed_ms = round(seconds * 1000)

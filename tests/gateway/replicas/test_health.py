@@ -131,7 +131,7 @@ class FakeClient:
             raise answer
         if answer == "hang":
             await asyncio.sleep(60)
-        return (answer, b"") if isinstance(answer, int) else answer  # type: ignore[no-any-return]
+        return (answer, b"") if isinstance(answer, int) else answer
 
     async def post(
         self,

@@ -1,232 +1,117 @@
-"""The response cache through a real gateway, over the in-process caches and a real Redis."""
+"""The response cache stage: hit, miss and bypass; what its finisher stores; streams replayed."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
-import openai
-import pytest
-import redis
+import msgspec
 
-from gateway.api_keys import hash_key, new_key
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from gateway.cache import MemoryResponseCache, SingleFlight
+from gateway.pipeline import BytesResult, Call, Pipeline, StreamResult, Usage
+from gateway.replicas.memory_client import MemoryUpstreamClient, Reply
+from gateway.stages.cache import ResponseCacheStage
+from tests.support.calls import (
+    USER_HI,
+    build_call,
+    chat_chunk,
+    chat_completion,
+    compile_doc,
+    policy_doc,
+    read_result,
+    served_model,
+    upstream_stage,
+)
 
-KEY_A, KEY_B = new_key(), new_key()
-ASK = {"model": "small", "temperature": 0, "messages": [{"role": "user", "content": "hi there"}]}
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    fake = FakeUpstream().start()
-    yield fake
-    fake.stop()
-
-
-@pytest.fixture(params=["memory", "redis"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
-    if request.param == "memory":
-        monkeypatch.delenv("SWITCHYARD_REDIS_URL", raising=False)
-        return None
-    url: str = request.getfixturevalue("redis_flushed")
-    monkeypatch.setenv("SWITCHYARD_REDIS_URL", url)
-    return url
+SERVED = served_model("small")
+ASK = {"model": "small", "messages": USER_HI, "temperature": 0}
 
 
-def _gateway(tmp_path: Path, upstream: FakeUpstream, cache: dict[str, Any] | None = None) -> GatewayServer:
-    document = fake_policy(upstream.base_url)
-    document["pools"]["slowecho"] = {"replicas": [{"base_url": upstream.base_url, "model": "slow-echo"}]}
-    document["auth"] = {"required": True}
-    document["store"] = {"url_env": "SWITCHYARD_REDIS_URL"}
-    document["keys"] = [
-        {"sha256": hash_key(KEY_A), "tenant": "a"},
-        {"sha256": hash_key(KEY_B), "tenant": "b"},
-    ]
-    if cache is not None:
-        document["cache"] = cache
-    return GatewayServer(write_policy(tmp_path / "policy.yaml", document)).start()
+class Setup:
+    """A cache stage in front of an in-memory upstream that answers every chat, plain or streamed."""
 
+    def __init__(self, **document: Any) -> None:
+        self.compiled = compile_doc(policy_doc(**document))
+        cache = MemoryResponseCache()
+        self.stage = ResponseCacheStage(cache, SingleFlight(cache))
+        self.client = MemoryUpstreamClient(self._answer)
+        self.pipeline = Pipeline([self.stage, upstream_stage(self.compiled, self.client)])
 
-def _post(gateway: GatewayServer, body: dict[str, Any], key: str = KEY_A, **headers: str) -> httpx.Response:
-    """One request, returned once its after-response work (the cache store of a miss) is done."""
-    response = httpx.post(
-        gateway.url + "/v1/chat/completions",
-        json=body,
-        timeout=10,
-        headers={"Authorization": f"Bearer {key}", **headers},
-    )
-    gateway.settle()
-    return response
-
-
-def test_deterministic_repeat_hits_and_names_the_asked_model(
-    tmp_path: Path, upstream: FakeUpstream, backend: str | None
-) -> None:
-    gateway = _gateway(tmp_path, upstream)
-    try:
-        before = len(upstream.requests)
-        first = _post(gateway, {**ASK, "model": "gpt-4o-mini"})
-        second = _post(gateway, {**ASK, "model": "gpt-4o-mini"})
-        assert first.headers["x-switchyard-cache"] == "miss"
-        assert second.headers["x-switchyard-cache"] == "hit"
-        assert second.json() == first.json() and second.json()["model"] == "gpt-4o-mini"
-        assert len(upstream.requests) == before + 1
-        sampled = {k: v for k, v in ASK.items() if k != "temperature"}
-        assert _post(gateway, sampled).headers["x-switchyard-cache"] == "bypass"
-        assert _post(gateway, sampled).headers["x-switchyard-cache"] == "bypass"
-        assert _post(gateway, {**sampled, "seed": 7}).headers["x-switchyard-cache"] == "miss"
-        assert _post(gateway, {**sampled, "seed": 7}).headers["x-switchyard-cache"] == "hit"
-    finally:
-        gateway.stop()
-
-
-def test_cache_control_bypass_and_no_store(
-    tmp_path: Path, upstream: FakeUpstream, backend: str | None
-) -> None:
-    gateway = _gateway(tmp_path, upstream)
-    try:
-        body = {**ASK, "messages": [{"role": "user", "content": "bypass me"}]}
-        assert _post(gateway, body, **{"Cache-Control": "no-store"}).headers["x-switchyard-cache"] == "bypass"
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "miss"  # no-store stored nothing
-        assert _post(gateway, body, **{"Cache-Control": "no-cache"}).headers["x-switchyard-cache"] == "bypass"
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "hit"
-    finally:
-        gateway.stop()
-
-
-def test_tenant_b_never_gets_tenant_a_entry(
-    tmp_path: Path, upstream: FakeUpstream, backend: str | None
-) -> None:
-    gateway = _gateway(tmp_path, upstream)
-    try:
-        body = {**ASK, "messages": [{"role": "user", "content": "secret of tenant a"}]}
-        assert _post(gateway, body, KEY_A).headers["x-switchyard-cache"] == "miss"
-        assert _post(gateway, body, KEY_A).headers["x-switchyard-cache"] == "hit"
-        assert _post(gateway, body, KEY_B).headers["x-switchyard-cache"] == "miss"
-    finally:
-        gateway.stop()
-
-
-def test_streams_are_stored_and_replayed_faithfully(
-    tmp_path: Path, upstream: FakeUpstream, backend: str | None
-) -> None:
-    gateway = _gateway(tmp_path, upstream)
-    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=KEY_A, max_retries=0)
-    try:
-        messages: Any = [{"role": "user", "content": "stream me"}]
-        fresh = list(
-            client.chat.completions.create(model="small", messages=messages, temperature=0, stream=True)
-        )
-        gateway.settle()  # the stream is stored once it has ended, after the client read [DONE]
-        raw = client.chat.completions.with_raw_response.create(
-            model="small",
-            messages=messages,
-            temperature=0,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        assert raw.headers["x-switchyard-cache"] == "hit"
-        replayed = list(raw.parse())
-        gateway.settle()
-        text = "".join(c.choices[0].delta.content or "" for c in replayed if c.choices)
-        assert text == "".join(c.choices[0].delta.content or "" for c in fresh if c.choices)
-        assert text == "Hello from the fake upstream."
-        assert replayed[-1].usage is not None and replayed[-1].usage.completion_tokens == 6
-        assert [c.choices[0].finish_reason for c in replayed if c.choices][-1] == "stop"
-        plain = client.chat.completions.with_raw_response.create(
-            model="small", messages=messages, temperature=0
-        )
-        assert plain.headers["x-switchyard-cache"] == "hit"
-        assert plain.parse().choices[0].message.content == text
-    finally:
-        gateway.stop()
-
-
-def test_ttl_expiry_and_size_limit(tmp_path: Path, upstream: FakeUpstream, backend: str | None) -> None:
-    # a TTL long enough that the hit right after the store never races it; sleeping past it is exact
-    gateway = _gateway(tmp_path, upstream, {"response": {"ttl_s": 2}, "pools": {"fail": {"ttl_s": 10}}})
-    try:
-        body = {**ASK, "messages": [{"role": "user", "content": "expire me"}]}
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "miss"
-        stored_at = time.monotonic()
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "hit"
-        time.sleep(max(0.0, stored_at + 2.05 - time.monotonic()))
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "miss"
-    finally:
-        gateway.stop()
-    gateway = _gateway(tmp_path, upstream, {"response": {"max_entry_bytes": 64}})
-    try:
-        body = {**ASK, "messages": [{"role": "user", "content": "too big to keep"}]}
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "miss"
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "miss"
-    finally:
-        gateway.stop()
-
-
-def test_identical_concurrent_misses_make_one_upstream_call(
-    tmp_path: Path, upstream: FakeUpstream, backend: str | None
-) -> None:
-    gateway = _gateway(tmp_path, upstream)
-    body = {**ASK, "model": "slowecho", "messages": [{"role": "user", "content": f"flight {backend}"}]}
-
-    async def fire() -> list[httpx.Response]:
-        async with httpx.AsyncClient(timeout=10, headers={"Authorization": f"Bearer {KEY_A}"}) as http:
-            return await asyncio.gather(
-                *(http.post(gateway.url + "/v1/chat/completions", json=body) for _ in range(10))
+    @staticmethod
+    def _answer(url: str, body: bytes, headers: object) -> Reply:
+        if msgspec.json.decode(body).get("stream"):
+            return Reply.sse(
+                chat_chunk(SERVED, "Hello."),
+                chat_chunk(SERVED, finish="stop"),
+                chat_chunk(SERVED, usage=(9, 2)),
             )
+        return Reply.json(chat_completion(SERVED))
 
-    try:
-        before = sum(1 for r in upstream.requests if r.get("model") == "slow-echo")
-        responses = asyncio.run(fire())
-        assert all(r.status_code == 200 for r in responses)
-        after = sum(1 for r in upstream.requests if r.get("model") == "slow-echo")
-        assert after - before == 1
-        assert len({r.json()["choices"][0]["message"]["content"] for r in responses}) == 1
-    finally:
-        gateway.stop()
+    async def ask(self, body: dict[str, Any] = ASK, **kwargs: Any) -> tuple[Call, bytes]:
+        """Run the call through the pipeline, read its response, and finish it (as the proxy does)."""
+        call = build_call(self.compiled, body, **kwargs)
+        data = await read_result(await self.pipeline.run(call))
+        await call.finish()
+        return call, data
 
 
-def test_corrupt_entry_in_redis_is_a_miss_and_is_deleted(
-    tmp_path: Path, upstream: FakeUpstream, redis_flushed: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("SWITCHYARD_REDIS_URL", redis_flushed)
-    gateway = _gateway(tmp_path, upstream)
-    client = redis.Redis.from_url(redis_flushed)
-    try:
-        body = {**ASK, "messages": [{"role": "user", "content": "corrupt me"}]}
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "miss"
-        keys = [k for k in client.keys("*:rc:*") if not k.endswith(b":lock")]
-        assert len(keys) == 1
-        for damaged in (b"garbage", client.get(keys[0])[:-7]):  # foreign bytes, then a truncated entry
-            client.set(keys[0], damaged)
-            response = _post(gateway, body)
-            assert response.status_code == 200 and response.headers["x-switchyard-cache"] == "miss"
-            assert response.json()["choices"][0]["message"]["content"] == "Hello from the fake upstream."
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "hit"
-    finally:
-        gateway.stop()
-        client.close()
+async def test_a_deterministic_repeat_is_a_hit_without_an_upstream_call() -> None:
+    setup = Setup()
+    first, body = await setup.ask()
+    second, again = await setup.ask()
+    assert (first.cache_status, second.cache_status) == ("miss", "hit")
+    assert second.response_headers["x-switchyard-cache"] == "hit"
+    assert again == body and len(setup.client.requests) == 1
+    assert second.usage == Usage(0, 0)  # hits spend no tokens unless the policy says so
 
 
-def test_a_fallback_pools_answer_is_not_stored(
-    tmp_path: Path, upstream: FakeUpstream, backend: str | None
-) -> None:
-    document = fake_policy(upstream.base_url)
-    document["pools"]["primary"] = {"replicas": [{"base_url": "http://127.0.0.1:9/v1", "model": "echo"}]}
-    document["routing"] = {"health": {"probe_interval_s": 0}, "pools": {"primary": {"fallbacks": ["small"]}}}
-    document["retry"] = {"max_attempts": 2, "backoff_s": 0.001}
-    document["store"] = {"url_env": "SWITCHYARD_REDIS_URL"}
-    gateway = GatewayServer(write_policy(tmp_path / "policy.yaml", document)).start()
-    try:
-        body = {**ASK, "model": "primary", "messages": [{"role": "user", "content": "fall back"}]}
-        for _ in range(2):  # another model answered: this pool's cache never keeps it
-            response = _post(gateway, body)
-            assert response.status_code == 200 and response.headers["x-switchyard-fallback-pool"] == "small"
-            assert response.headers["x-switchyard-cache"] == "miss"
-    finally:
-        gateway.stop()
+async def test_hits_consume_tokens_when_the_policy_says_so() -> None:
+    setup = Setup(cache={"response": {"hits_consume_tokens": True}})
+    await setup.ask()
+    hit, _ = await setup.ask()
+    assert hit.usage == Usage(11, 3)
+
+
+async def test_nondeterministic_requests_and_no_cache_bypass() -> None:
+    setup = Setup()
+    sampled, _ = await setup.ask({"model": "small", "messages": USER_HI, "temperature": 0.7})
+    forced, _ = await setup.ask(headers={"Cache-Control": "no-cache"})
+    assert (sampled.cache_status, forced.cache_status) == ("bypass", "bypass")
+    assert sampled.response_headers["x-switchyard-cache"] == "bypass"
+    miss, _ = await setup.ask()
+    assert miss.cache_status == "miss"  # the bypasses stored nothing
+
+
+async def test_no_store_looks_up_but_never_stores() -> None:
+    setup = Setup()
+    await setup.ask(headers={"Cache-Control": "no-store"})
+    call, _ = await setup.ask()
+    assert call.cache_status == "miss" and len(setup.client.requests) == 2
+
+
+async def test_entries_are_per_tenant() -> None:
+    setup = Setup()
+    await setup.ask(tenant="acme")
+    other, _ = await setup.ask(tenant="globex")
+    same, _ = await setup.ask(tenant="acme")
+    assert (other.cache_status, same.cache_status) == ("miss", "hit")
+
+
+async def test_a_stream_is_stored_and_replayed_as_a_stream() -> None:
+    setup = Setup()
+    body = {**ASK, "stream": True}
+    first, streamed = await setup.ask(body)
+    second, replayed = await setup.ask(body)
+    assert (first.cache_status, second.cache_status) == ("miss", "hit")
+    assert isinstance(second.result, StreamResult)
+    assert replayed.endswith(b"data: [DONE]\n\n") and b"Hello." in replayed and b"Hello." in streamed
+    assert len(setup.client.requests) == 1
+
+
+async def test_a_failed_call_stores_nothing() -> None:
+    setup = Setup()
+    call = build_call(setup.compiled, ASK)
+    await setup.stage(call)
+    call.result = BytesResult(500, b"{}")
+    await call.finish()
+    again, _ = await setup.ask()
+    assert again.cache_status == "miss"

@@ -1,84 +1,90 @@
-"""The embedding cache: per input and model; only the misses go upstream, merged in order."""
+"""The embeddings cache stage: only misses go upstream, answers are merged back in order and stored."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Mapping
+from typing import Any
 
-import openai
-import pytest
+import msgspec
 
-from tests.support.fake_upstream import FakeUpstream, fake_vector
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
-
-
-@pytest.fixture
-def setup(
-    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[GatewayServer, FakeUpstream]]:
-    monkeypatch.setenv("SWITCHYARD_REDIS_URL", request.getfixturevalue("redis_flushed"))
-    upstream = FakeUpstream().start()
-    document = fake_policy(upstream.base_url)
-    document["store"] = {"url_env": "SWITCHYARD_REDIS_URL"}
-    # "primary" is down and falls back to "backup", whose replica serves another embedding model
-    document["pools"]["primary"] = {"replicas": [{"base_url": "http://127.0.0.1:9/v1", "model": "echo"}]}
-    document["pools"]["backup"] = {"replicas": [{"base_url": upstream.base_url, "model": "other-embedder"}]}
-    document["routing"] = {"health": {"probe_interval_s": 0}, "pools": {"primary": {"fallbacks": ["backup"]}}}
-    document["retry"] = {"max_attempts": 2, "backoff_s": 0.001}
-    gateway = GatewayServer(write_policy(tmp_path / "policy.yaml", document)).start()
-    yield gateway, upstream
-    gateway.stop()
-    upstream.stop()
+from gateway.cache import MemoryEmbeddingCache
+from gateway.pipeline import Call, Endpoint, Pipeline
+from gateway.replicas.memory_client import MemoryUpstreamClient, Reply
+from gateway.stages.embeddings import EmbeddingCacheStage
+from tests.support.calls import build_call, compile_doc, policy_doc, read_result, upstream_stage
 
 
-def _vectors(*texts: str, model: str = "echo") -> list[list[float]]:
-    """What the fake upstream answers for these inputs (``echo`` serves the pool ``small``)."""
-    return [fake_vector(model, text) for text in texts]
+def vector(text: str) -> list[float]:
+    """The fake upstream's embedding of ``text``."""
+    return [float(len(text)), float(ord(text[0]))]
 
 
-def test_only_misses_go_upstream_and_order_is_kept(setup: tuple[GatewayServer, FakeUpstream]) -> None:
-    gateway, upstream = setup
-    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="sk-x", max_retries=0)
-    first = client.embeddings.with_raw_response.create(model="small", input=["a", "b"])
-    assert first.headers["x-switchyard-cache"] == "miss"
-    assert upstream.requests[-1]["input"] == ["a", "b"]
-    assert [d.embedding for d in first.parse().data] == _vectors("a", "b")
-
-    # a miss between two hits: the fresh vector lands in the middle
-    second = client.embeddings.with_raw_response.create(model="small", input=["a", "c", "b"])
-    assert second.headers["x-switchyard-cache"] == "miss"
-    assert upstream.requests[-1]["input"] == ["c"]
-    data = second.parse().data
-    assert [d.index for d in data] == [0, 1, 2]
-    assert [d.embedding for d in data] == _vectors("a", "c", "b")
-
-    # hits and misses interleaved, two misses: each fresh vector goes back to its own place
-    third = client.embeddings.with_raw_response.create(model="small", input=["c", "d", "a", "e"])
-    assert third.headers["x-switchyard-cache"] == "miss"
-    assert upstream.requests[-1]["input"] == ["d", "e"]
-    data = third.parse().data
-    assert [d.index for d in data] == [0, 1, 2, 3]
-    assert [d.embedding for d in data] == _vectors("c", "d", "a", "e")
-
-    # every input a hit, in an order never sent before: nothing goes upstream
-    before = len(upstream.requests)
-    fourth = client.embeddings.with_raw_response.create(model="gpt-4o-mini", input=["e", "c", "a"])
-    assert fourth.headers["x-switchyard-cache"] == "hit" and len(upstream.requests) == before
-    parsed = fourth.parse()
-    assert parsed.model == "gpt-4o-mini"
-    assert [d.embedding for d in parsed.data] == _vectors("e", "c", "a")
-    single = client.embeddings.with_raw_response.create(model="small", input="d")
-    assert single.headers["x-switchyard-cache"] == "hit"
-    assert [d.embedding for d in single.parse().data] == _vectors("d")
+def embed(url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+    inputs = msgspec.json.decode(body)["input"]
+    inputs = inputs if isinstance(inputs, list) else [inputs]
+    data = [{"object": "embedding", "index": i, "embedding": vector(t)} for i, t in enumerate(inputs)]
+    return Reply.json(
+        {
+            "object": "list",
+            "data": data,
+            "model": "served-small",
+            "usage": {"prompt_tokens": 4, "total_tokens": 4},
+        }
+    )
 
 
-def test_vectors_a_fallback_pool_served_are_not_stored(setup: tuple[GatewayServer, FakeUpstream]) -> None:
-    gateway, upstream = setup
-    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="sk-x", max_retries=0)
-    for _ in range(2):  # the second time is a miss again: the fallback's vectors were not kept
-        before = len(upstream.requests)
-        raw = client.embeddings.with_raw_response.create(model="primary", input=["a", "b"])
-        assert raw.headers["x-switchyard-fallback-pool"] == "backup"
-        assert raw.headers["x-switchyard-cache"] == "miss"
-        assert len(upstream.requests) == before + 1
-        assert [d.embedding for d in raw.parse().data] == _vectors("a", "b", model="other-embedder")
+class Setup:
+    def __init__(self) -> None:
+        self.compiled = compile_doc(policy_doc())
+        self.client = MemoryUpstreamClient(embed)
+        self.pipeline = Pipeline(
+            [EmbeddingCacheStage(MemoryEmbeddingCache()), upstream_stage(self.compiled, self.client)]
+        )
+
+    async def embed(self, inputs: str | list[str], **kwargs: Any) -> tuple[Call, list[list[float]]]:
+        call = build_call(
+            self.compiled, {"model": "small", "input": inputs}, endpoint=Endpoint.EMBEDDINGS, **kwargs
+        )
+        body = msgspec.json.decode(await read_result(await self.pipeline.run(call)))
+        await call.finish()
+        assert body["model"] == "small"  # the asked model, hit or miss
+        return call, [item["embedding"] for item in body["data"]]
+
+    def sent(self) -> list[Any]:
+        return [request.json()["input"] for request in self.client.requests]
+
+
+async def test_only_misses_go_upstream_and_the_order_is_kept() -> None:
+    setup = Setup()
+    first, vectors = await setup.embed(["alpha", "beta"])
+    assert first.cache_status == "miss" and vectors == [vector("alpha"), vector("beta")]
+    mixed, vectors = await setup.embed(["gamma", "alpha", "delta", "beta"])
+    assert mixed.cache_status == "miss"
+    assert vectors == [vector(t) for t in ("gamma", "alpha", "delta", "beta")]
+    assert setup.sent() == [["alpha", "beta"], ["gamma", "delta"]]
+
+
+async def test_every_input_cached_is_answered_here() -> None:
+    setup = Setup()
+    await setup.embed(["alpha", "beta"])
+    hit, vectors = await setup.embed(["beta", "alpha"])
+    assert hit.cache_status == "hit" and hit.response_headers["x-switchyard-cache"] == "hit"
+    assert vectors == [vector("beta"), vector("alpha")] and len(setup.client.requests) == 1
+    assert hit.usage is not None and hit.usage.input_tokens == 0
+
+
+async def test_no_store_and_other_tenants_miss() -> None:
+    setup = Setup()
+    await setup.embed("alpha", tenant="acme", headers={"Cache-Control": "no-store"})
+    await setup.embed("alpha", tenant="acme")
+    other, _ = await setup.embed("alpha", tenant="globex")
+    same, _ = await setup.embed("alpha", tenant="acme")
+    assert (other.cache_status, same.cache_status) == ("miss", "hit")
+    assert len(setup.client.requests) == 3
+
+
+async def test_chat_calls_pass_through() -> None:
+    compiled = compile_doc(policy_doc())
+    call = build_call(compiled)
+    await EmbeddingCacheStage(MemoryEmbeddingCache())(call)
+    assert call.cache_status is None and call.result_filters == []

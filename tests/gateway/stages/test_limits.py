@@ -1,231 +1,105 @@
-"""Limits through a real gateway: one test body over the in-process store and a real Redis."""
+"""The limits stage over the memory store: admit or deny, the rate-limit headers, and the settlement
+its finisher writes to the ledger."""
 
 from __future__ import annotations
 
-import calendar
-import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
-import openai
 import pytest
 
-from gateway.api_keys import hash_key, new_key
-from gateway.stages.limits import month_of
-from gateway.stores import Admission, Decision, MemoryStore, RedisStore, Store
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from gateway.errors import RateLimited, ServiceUnavailable
+from gateway.pipeline import BytesResult, Call, Usage
+from gateway.stages.limits import EnforceLimits, month_of
+from gateway.stores import Admission, Decision, MemoryStore, StoreUnavailable
+from tests.support.calls import USER_HI, api_key, build_call, policy_doc
 
-KEY = new_key()
-ADMIN = new_key()
-MESSAGES = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    fake = FakeUpstream().start()
-    yield fake
-    fake.stop()
+NOW_S = 1_780_000_000.0
+KEY, STANZA = api_key("acme", name="ci", limits={"requests_per_minute": 1})
+PRICED = {
+    "small": {
+        "replicas": [{"base_url": "http://small-0.test/v1", "model": "m"}],
+        "price": {"input_per_1k": 1.0},
+    }
+}
 
 
-@pytest.fixture(params=["memory", "redis"])
-def store(request: pytest.FixtureRequest) -> Store:
-    if request.param == "memory":
-        return MemoryStore()
-    return RedisStore(request.getfixturevalue("redis_flushed"), timeout_s=0.5)
+def _call(*stanzas: dict[str, Any], key: str = KEY, **body: Any) -> Call:
+    document = policy_doc(pools=PRICED, keys=list(stanzas or [STANZA]))
+    return build_call(document, {"model": "small", "messages": USER_HI, **body}, key=key)
 
 
-def _gateway(
-    tmp_path: Path, upstream: FakeUpstream, store: Store, key: dict[str, Any], **extra: Any
-) -> GatewayServer:
-    document = fake_policy(upstream.base_url, **extra)
-    document["auth"] = {"required": True}
-    document["keys"] = [
-        {"sha256": hash_key(KEY), "tenant": "acme", "name": "k", **key},
-        {"sha256": hash_key(ADMIN), "tenant": "ops", "name": "admin", "admin": True},
-    ]
-    return GatewayServer(write_policy(tmp_path / "policy.yaml", document), store=store).start()
+async def _ledger(store: MemoryStore) -> dict[str, Any]:
+    report = await store.usage(month_of(NOW_S), "acme")
+    if "acme" not in report.tenants:
+        return {}
+    total = report.tenants["acme"].total
+    return {
+        "requests": total.requests,
+        "input": total.input_tokens,
+        "output": total.output_tokens,
+        "usd": total.cost_usd,
+    }
 
 
-def _client(gateway: GatewayServer, key: str = KEY) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0, timeout=10)
+async def test_an_admitted_call_gets_the_headers_and_settles_its_usage_when_finished() -> None:
+    store = MemoryStore()
+    call = _call()
+    await EnforceLimits(store, clock=lambda: NOW_S)(call)
+    assert call.response_headers["x-ratelimit-limit-requests"] == "1"
+    assert call.response_headers["x-ratelimit-remaining-requests"] == "0"
+    assert await _ledger(store) == {}  # settled when the response is over, not before
+    call.result, call.usage = BytesResult(200, b"{}"), Usage(1000, 7)  # what the upstream reported
+    await call.finish()
+    assert await _ledger(store) == {"requests": 1, "input": 1000, "output": 7, "usd": 1.0}
 
 
-def _usage(gateway: GatewayServer) -> dict[str, Any]:
-    return httpx.get(gateway.url + "/v1/usage", headers={"Authorization": f"Bearer {ADMIN}"}).json()
+async def test_over_the_limit_is_429_with_retry_after_and_the_rejection_reported() -> None:
+    store, rejections = MemoryStore(), list[str]()
+    stage = EnforceLimits(store, clock=lambda: NOW_S, on_reject=rejections.append)
+    await stage(_call())
+    with pytest.raises(RateLimited, match="requests per minute") as raised:
+        await stage(_call())
+    assert raised.value.status == 429 and int(raised.value.headers["retry-after"]) >= 1
+    assert rejections == ["requests"]
 
 
-def _settled(gateway: GatewayServer, num_requests: int, timeout_s: float = 10.0) -> dict[str, Any]:
-    """Key k's ledger once it holds ``num_requests``: a request settles after its response is sent."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        acme = _usage(gateway)["tenants"].get("acme")
-        if acme is not None and acme["keys"]["k"]["requests"] >= num_requests:
-            return acme
-        if time.monotonic() > deadline:
-            raise AssertionError(f"key k never settled {num_requests} requests: {acme!r}")
-        time.sleep(0.02)
+async def test_a_request_larger_than_the_tokens_limit_is_refused_outright() -> None:
+    key, stanza = api_key("acme", limits={"tokens_per_minute": 100})
+    with pytest.raises(RateLimited, match="Request too large"):
+        await EnforceLimits(MemoryStore(), clock=lambda: NOW_S)(_call(stanza, key=key, max_tokens=500))
 
 
-def test_requests_per_minute(tmp_path: Path, upstream: FakeUpstream, store: Store) -> None:
-    gateway = _gateway(tmp_path, upstream, store, {"limits": {"requests_per_minute": 3}})
-    try:
-        client = _client(gateway)
-        for expected_remaining in ("2", "1", "0"):
-            raw = client.chat.completions.with_raw_response.create(model="small", messages=MESSAGES)  # type: ignore[arg-type]
-            assert raw.headers["x-ratelimit-limit-requests"] == "3"
-            assert raw.headers["x-ratelimit-remaining-requests"] == expected_remaining
-            assert raw.headers["x-ratelimit-reset-requests"].endswith("s")
-        with pytest.raises(openai.RateLimitError) as info:
-            client.chat.completions.create(model="small", messages=MESSAGES)  # type: ignore[arg-type]
-        assert info.value.code == "rate_limit_exceeded"
-        assert 1 <= int(info.value.response.headers["retry-after"]) <= 61
-        assert info.value.response.headers["x-ratelimit-remaining-requests"] == "0"
-    finally:
-        gateway.stop()
+async def test_a_spent_budget_is_insufficient_quota() -> None:
+    key, stanza = api_key("acme", budget={"monthly_usd": 0.5})
+    store = MemoryStore()
+    stage = EnforceLimits(store, clock=lambda: NOW_S)
+    call = _call(stanza, key=key)
+    await stage(call)
+    call.result, call.usage = BytesResult(200, b"{}"), Usage(1000, 0)  # $1 at $1 per 1k input tokens
+    await call.finish()
+    with pytest.raises(RateLimited) as raised:
+        await stage(_call(stanza, key=key))
+    assert raised.value.code == "insufficient_quota"
 
 
-def test_tokens_per_minute_reserve_then_settle_and_the_ledger(
-    tmp_path: Path, upstream: FakeUpstream, store: Store
-) -> None:
-    gateway = _gateway(
-        tmp_path,
-        upstream,
-        store,
-        {"limits": {"tokens_per_minute": 100}},
-    )
-    try:
-        client = _client(gateway)
-        # each call reserves its prompt (~8 tokens) + 50 and settles to the fake's 11 + 6 = 17
-        for i in range(3):
-            raw = client.chat.completions.with_raw_response.create(
-                model="small",
-                messages=MESSAGES,  # type: ignore[arg-type]
-                max_tokens=50,
-            )
-            assert raw.headers["x-ratelimit-limit-tokens"] == "100"
-            _settled(gateway, i + 1)  # the next admit must see this reservation settled
-        with pytest.raises(openai.RateLimitError):
-            client.chat.completions.create(model="small", messages=MESSAGES, max_tokens=50)  # type: ignore[arg-type]
-        with pytest.raises(openai.RateLimitError) as info:  # can never fit: says so
-            client.chat.completions.create(model="small", messages=MESSAGES, max_tokens=500)  # type: ignore[arg-type]
-        assert "too large" in info.value.message
-        acme = _settled(gateway, 3)
-        assert acme["keys"]["k"] == {"requests": 3, "input_tokens": 33, "output_tokens": 18, "cost_usd": 0.0}
-        assert acme["pools"]["small"]["input_tokens"] == 33
-    finally:
-        gateway.stop()
+async def test_a_call_without_limits_still_reaches_the_ledger_estimated_when_usage_never_came() -> None:
+    key, stanza = api_key("acme")
+    store = MemoryStore()
+    call = _call(stanza, key=key)
+    await EnforceLimits(store, clock=lambda: NOW_S)(call)
+    assert not any(name.startswith("x-ratelimit") for name in call.response_headers)
+    call.result, call.num_events = BytesResult(200, b"{}"), 4  # a stream cut before its usage chunk
+    await call.finish()
+    ledger = await _ledger(store)
+    assert ledger["requests"] == 1 and ledger["output"] == 4 and ledger["input"] == call.num_prompt_tokens
 
 
-def test_budget_gives_insufficient_quota(tmp_path: Path, upstream: FakeUpstream, store: Store) -> None:
-    document_pools = fake_policy(upstream.base_url)["pools"]
-    document_pools["small"]["price"] = {"input_per_1k": 1.0, "output_per_1k": 2.0}
-    gateway = _gateway(tmp_path, upstream, store, {"budget": {"monthly_usd": 0.01}}, pools=document_pools)
-    try:
-        client = _client(gateway)
-        client.chat.completions.create(model="small", messages=MESSAGES)  # type: ignore[arg-type]
-        _settled(gateway, 1)  # budgets count settled spend
-        with pytest.raises(openai.RateLimitError) as info:
-            client.chat.completions.create(model="small", messages=MESSAGES)  # type: ignore[arg-type]
-        assert info.value.code == "insufficient_quota"
-        spend = _settled(gateway, 1)["keys"]["k"]["cost_usd"]
-        assert spend == pytest.approx((11 * 1.0 + 6 * 2.0) / 1000)
-    finally:
-        gateway.stop()
-
-
-def test_concurrency_lease_is_released_when_the_client_leaves(
-    tmp_path: Path, upstream: FakeUpstream, store: Store
-) -> None:
-    gateway = _gateway(tmp_path, upstream, store, {"limits": {"max_concurrent": 1}})
-    try:
-        body = {"model": "slow", "stream": True, "messages": MESSAGES}
-        headers = {"Authorization": f"Bearer {KEY}"}
-        with httpx.Client(timeout=10) as http:
-            with http.stream("POST", gateway.url + "/v1/chat/completions", json=body, headers=headers) as r:
-                assert r.status_code == 200
-                chunks = r.iter_bytes()  # keep a reference: a collected iterator closes the stream
-                next(chunks)
-                second = http.post(
-                    gateway.url + "/v1/chat/completions",
-                    headers=headers,
-                    json={"model": "small", "messages": MESSAGES},
-                )
-                assert second.status_code == 429
-                assert second.json()["error"]["message"].startswith("Rate limit reached for concurrent")
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                third = http.post(
-                    gateway.url + "/v1/chat/completions",
-                    headers=headers,
-                    json={"model": "small", "messages": MESSAGES},
-                )
-                if third.status_code == 200:
-                    break
-                time.sleep(0.02)
-            assert third.status_code == 200
-        # the cut stream was settled once, with an estimate: prompt tokens + events relayed
-        keys = _settled(gateway, 2)["keys"]["k"]
-        assert keys["requests"] == 2 and keys["output_tokens"] >= 7
-    finally:
-        gateway.stop()
-
-
-@pytest.mark.parametrize(
-    "when",
-    [
-        (2026, 11, 30, 23, 59, 59),
-        (2026, 12, 1, 0, 0, 0),
-        (2026, 12, 31, 23, 59, 59),
-        (2027, 1, 1, 0, 0, 0),
-        (2028, 2, 29, 12, 0, 0),
-        (1970, 1, 1, 0, 0, 0),
-    ],
-)
-def test_month_of_is_the_utc_calendar_month(when: tuple[int, ...]) -> None:
-    ts = calendar.timegm((*when, 0, 0, 0))
-    for offset in (0.0, 0.999):
-        assert month_of(ts + offset) == time.strftime("%Y-%m", time.gmtime(ts + offset))
-
-
-def test_usage_of_a_key_without_limits_is_in_the_ledger(
-    tmp_path: Path, upstream: FakeUpstream, store: Store
-) -> None:
-    gateway = _gateway(tmp_path, upstream, store, {})
-    try:
-        raw = _client(gateway).chat.completions.with_raw_response.create(model="small", messages=MESSAGES)  # type: ignore[arg-type]
-        assert "x-ratelimit-limit-requests" not in raw.headers  # nothing limits it
-        assert _settled(gateway, 1)["keys"]["k"] == {
-            "requests": 1,
-            "input_tokens": 11,
-            "output_tokens": 6,
-            "cost_usd": 0.0,
-        }
-    finally:
-        gateway.stop()
-
-
-class RecordingStore(MemoryStore):
-    """A MemoryStore that keeps every Admission it is asked."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.admissions: list[Admission] = []
-
+class DownStore(MemoryStore):
     async def admit(self, admission: Admission) -> Decision:
-        self.admissions.append(admission)
-        return await super().admit(admission)
+        raise StoreUnavailable(retry_after_s=2.0)
 
 
-def test_a_lease_is_bounded_by_its_pools_own_request_lifetime(tmp_path: Path, upstream: FakeUpstream) -> None:
-    store = RecordingStore()
-    small = {"replicas": [{"base_url": upstream.base_url, "model": "echo"}], "timeouts": {"total_s": 7}}
-    gateway = _gateway(tmp_path, upstream, store, {"limits": {"max_concurrent": 2}}, pools={"small": small})
-    try:
-        _client(gateway).chat.completions.create(model="small", messages=MESSAGES)  # type: ignore[arg-type]
-        # the pool's total_s (7 s, not the policy-wide 5 s) plus the 60 s margin: renewed up to that
-        assert [a.lease_ttl_s for a in store.admissions] == [67.0]
-    finally:
-        gateway.stop()
+async def test_a_store_that_cannot_answer_is_503() -> None:
+    with pytest.raises(ServiceUnavailable) as raised:
+        await EnforceLimits(DownStore(), clock=lambda: NOW_S)(_call())
+    assert raised.value.code == "store_unavailable" and raised.value.headers == {"Retry-After": "2"}

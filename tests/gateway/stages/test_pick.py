@@ -1,69 +1,81 @@
-"""Replica choice with prompt-prefix affinity and per-tenant cache salts."""
+"""Replica choice: the pool's replicas, its fallbacks, per-tenant cache salts and prefix affinity."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import pytest
 
-import httpx
+from gateway.cache import MemoryAffinityMap
+from gateway.errors import ServiceUnavailable
+from gateway.stages.pick import PickReplica
+from tests.support.calls import USER_HI, balancer_for, build_call, compile_doc, policy_doc
 
-from gateway.api_keys import hash_key, new_key
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
-
-KEY_A, KEY_B = new_key(), new_key()
-
-
-def test_shared_prefixes_stick_to_one_replica_and_salts_are_per_tenant(tmp_path: Path) -> None:
-    replicas = [FakeUpstream().start() for _ in range(2)]
-    document = fake_policy(replicas[0].base_url)
-    document["pools"]["duo"] = {
-        "replicas": [{"base_url": r.base_url, "model": "echo", "send_cache_salt": True} for r in replicas]
+SALTED = {
+    "small": {
+        "replicas": [
+            {"base_url": "http://small-0.test/v1", "model": "m", "name": "small-0", "send_cache_salt": True}
+        ]
     }
-    document["auth"] = {"required": True}
-    document["keys"] = [
-        {"sha256": hash_key(KEY_A), "tenant": "a"},
-        {"sha256": hash_key(KEY_B), "tenant": "b"},
-    ]
-    gateway = GatewayServer(write_policy(tmp_path / "p.yaml", document)).start()
-    try:
-        for prompt in ("You are a pirate. " * 200, "You are a poet. " * 200):
-            counts_before = [len(r.requests) for r in replicas]
-            for turn in range(8):
-                response = httpx.post(
-                    gateway.url + "/v1/chat/completions",
-                    headers={"Authorization": f"Bearer {KEY_A}"},
-                    json={
-                        "model": "duo",
-                        "messages": [
-                            {"role": "system", "content": prompt},
-                            {"role": "user", "content": f"question {turn}"},
-                        ],
-                    },
-                )
-                assert response.status_code == 200
-            served = [len(r.requests) - b for r, b in zip(replicas, counts_before, strict=True)]
-            assert sorted(served) == [0, 8], served  # every turn went to the replica holding the prefix
-        salts = {}
-        for key in (KEY_A, KEY_B):
-            for r in replicas:
-                r.requests.clear()
-            httpx.post(
-                gateway.url + "/v1/chat/completions",
-                headers={"Authorization": f"Bearer {key}"},
-                json={"model": "duo", "messages": [{"role": "user", "content": "hi"}]},
-            )
-            (sent,) = [request for r in replicas for request in r.requests]
-            salts[key] = sent["cache_salt"]
-        assert salts[KEY_A] != salts[KEY_B]
-        plain = httpx.post(
-            gateway.url + "/v1/chat/completions",
-            headers={"Authorization": f"Bearer {KEY_A}"},
-            json={"model": "small", "messages": [{"role": "user", "content": "hi"}]},
+}
+SECRET = {"SWITCHYARD_CACHE_SALT_SECRET": "s3cret"}
+
+
+async def test_the_call_gets_a_replica_of_its_pool() -> None:
+    compiled = compile_doc(policy_doc("small", "large"))
+    call = build_call(compiled, {"model": "large", "messages": USER_HI})
+    await PickReplica(balancer_for(compiled))(call)
+    assert call.replica is not None and call.replica.label == "large-0"
+    assert "x-switchyard-fallback-pool" not in call.response_headers
+
+
+async def test_a_pool_that_cannot_serve_falls_back_and_says_so() -> None:
+    compiled = compile_doc(
+        policy_doc("small", "large", routing={"pools": {"large": {"fallbacks": ["small"]}}})
+    )
+    balancer = balancer_for(compiled)
+    balancer.replicas("large")[0].breaker.trip(balancer.clock())
+    call = build_call(compiled, {"model": "large", "messages": USER_HI})
+    await PickReplica(balancer)(call)
+    assert call.replica is not None and call.replica.pool == "small"
+    assert call.response_headers["x-switchyard-fallback-pool"] == "small"
+
+
+async def test_no_replica_left_is_503_no_healthy_replica() -> None:
+    compiled = compile_doc(policy_doc())
+    balancer = balancer_for(compiled)
+    call = build_call(compiled)
+    with pytest.raises(ServiceUnavailable) as raised:
+        await PickReplica(balancer)(call, exclude=tuple(balancer.replicas("small")))
+    assert raised.value.code == "no_healthy_replica" and raised.value.headers == {"Retry-After": "1"}
+
+
+async def test_salted_replicas_get_one_salt_per_tenant_and_others_none() -> None:
+    compiled = compile_doc(policy_doc(pools=SALTED))
+    pick = PickReplica(balancer_for(compiled), environ=SECRET)
+    salts = []
+    for tenant in ("acme", "acme", "globex"):
+        call = build_call(compiled, tenant=tenant)
+        await pick(call)
+        salts.append(call.body["cache_salt"])
+    assert salts[0] == salts[1] != salts[2]
+    plain = compile_doc(policy_doc())
+    call = build_call(plain, {"model": "small", "messages": USER_HI, "cache_salt": "from-a-retry"})
+    await PickReplica(balancer_for(plain), environ=SECRET)(call)
+    assert "cache_salt" not in call.body  # a replica that takes none never gets one
+
+
+async def test_a_shared_prefix_returns_to_the_replica_that_served_it() -> None:
+    compiled = compile_doc(policy_doc(num_replicas=2, cache={"affinity": {"chunk_bytes": 16}}))
+    events: list[str] = []
+    pick = PickReplica(balancer_for(compiled), MemoryAffinityMap(), on_event=events.append)
+    system = {"role": "system", "content": "You are a careful assistant. " * 8}
+    labels = []
+    for question in ("first?", "second?", "third?"):
+        call = build_call(
+            compiled, {"model": "small", "messages": [system, {"role": "user", "content": question}]}
         )
-        assert plain.status_code == 200 and "cache_salt" not in replicas[0].requests[-1]
-        metrics = httpx.get(gateway.url + "/metrics").text
-        assert 'switchyard_cache_events_total{cache="affinity",event="affinity_hit"}' in metrics
-    finally:
-        gateway.stop()
-        for r in replicas:
-            r.stop()
+        await pick(call)
+        assert call.replica is not None
+        labels.append(call.replica.label)
+        await call.finish()  # records the prefix -> replica mapping
+    assert labels[0] == labels[1] == labels[2]  # round robin alone would alternate
+    assert events == ["affinity_miss", "affinity_hit", "affinity_hit"]

@@ -1,15 +1,13 @@
-"""Retries before the first byte: on another replica, bounded by attempts and the deadline."""
+"""Retries before the first byte, over an in-memory upstream: another replica, bounded attempts, the
+deadline, and every failed attempt reported."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+import random
+from collections.abc import Mapping
 
-import httpx
 import pytest
 
-from gateway.compiled import compile_policy
 from gateway.errors import (
     GatewayError,
     UpstreamConnectError,
@@ -17,145 +15,131 @@ from gateway.errors import (
     UpstreamStatusError,
     UpstreamTimeout,
 )
-from gateway.pipeline import BytesResult, Call, Endpoint
-from gateway.policy import parse_policy
-from gateway.replicas.balancer import Balancer, ReplicaState
+from gateway.pipeline import BytesResult, Call
+from gateway.replicas.memory_client import MemoryUpstreamClient, Reply
+from gateway.stages.pick import PickReplica
 from gateway.stages.retry import CallWithRetries
+from gateway.stages.upstream import CallUpstream
 from gateway.telemetry.metrics import Metrics
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tests.support.calls import (
+    balancer_for,
+    build_call,
+    chat_completion,
+    compile_doc,
+    policy_doc,
+    served_model,
+)
 
-ASK = {"messages": [{"role": "user", "content": "hi"}]}
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    fake = FakeUpstream().start()
-    yield fake
-    fake.stop()
-
-
-def _gateway(
-    tmp_path: Path, upstream: FakeUpstream, models: list[str], retry: dict[str, Any]
-) -> GatewayServer:
-    document = fake_policy(upstream.base_url)
-    # distinct names so each replica is its own state; the fake plays them by served model name
-    document["pools"]["mixed"] = {
-        "replicas": [
-            {"base_url": upstream.base_url, "model": m, "name": f"r{i}"} for i, m in enumerate(models)
-        ]
-    }
-    document["retry"] = retry
-    return GatewayServer(write_policy(tmp_path / "p.yaml", document)).start()
+OK = Reply.json(chat_completion(served_model("small")))
 
 
-def _count(upstream: FakeUpstream, since: int, model: str) -> int:
-    return sum(1 for r in upstream.requests[since:] if r.get("model") == model)
+class Replicas:
+    """Answers the attempts in turn from a script of replies and errors (the last one repeats), and
+    records which replica (host) each attempt reached."""
+
+    def __init__(self, *script: Reply | Exception) -> None:
+        self.script = list(script)
+        self.hosts: list[str] = []
+
+    def __call__(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+        self.hosts.append(url.split("/")[2].removesuffix(".test"))
+        answer = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
 
-@pytest.mark.parametrize("failing", ["fail-500", "ratelimited"])
-def test_a_failed_attempt_is_retried_on_another_replica(
-    tmp_path: Path, upstream: FakeUpstream, failing: str
-) -> None:
-    gateway = _gateway(tmp_path, upstream, [failing, "echo"], {"max_attempts": 3, "backoff_s": 0.001})
-    try:
-        since = len(upstream.requests)
-        for stream in (False, True):
-            response = httpx.post(
-                gateway.url + "/v1/chat/completions", json={"model": "mixed", "stream": stream, **ASK}
-            )
-            assert response.status_code == 200
-        assert _count(upstream, since, "echo") == 2
-    finally:
-        gateway.stop()
+def _stage(
+    call: Call, replicas: Replicas, *, clock_s: float | None = None
+) -> tuple[CallWithRetries, list[float], list[tuple[str, GatewayError]]]:
+    balancer = balancer_for(call.compiled)
+    sleeps: list[float] = []
+    failures: list[tuple[str, GatewayError]] = []
 
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)  # backoff recorded, never waited for
 
-def test_attempts_are_bounded(tmp_path: Path, upstream: FakeUpstream) -> None:
-    gateway = _gateway(tmp_path, upstream, ["fail-500"] * 3, {"max_attempts": 2, "backoff_s": 0.001})
-    try:
-        since = len(upstream.requests)
-        response = httpx.post(gateway.url + "/v1/chat/completions", json={"model": "mixed", **ASK})
-        assert response.status_code == 502 and response.json()["error"]["code"] == "upstream_error"
-        assert _count(upstream, since, "fail-500") == 2
-    finally:
-        gateway.stop()
-
-
-def test_client_errors_are_not_retried_and_the_deadline_wins(tmp_path: Path, upstream: FakeUpstream) -> None:
-    gateway = _gateway(tmp_path, upstream, ["reject-400", "reject-400"], {"max_attempts": 3})
-    try:
-        since = len(upstream.requests)
-        response = httpx.post(gateway.url + "/v1/chat/completions", json={"model": "mixed", **ASK})
-        assert response.status_code == 400
-        assert _count(upstream, since, "reject-400") == 1
-    finally:
-        gateway.stop()
-    # a backoff longer than the request's deadline (total_s 5) is not waited for
-    gateway = _gateway(
-        tmp_path,
-        upstream,
-        ["fail-500", "fail-500"],
-        {"max_attempts": 3, "backoff_s": 30, "max_backoff_s": 30},
-    )
-    try:
-        since = len(upstream.requests)
-        response = httpx.post(
-            gateway.url + "/v1/chat/completions", json={"model": "mixed", **ASK}, timeout=10
-        )
-        assert response.status_code == 502
-        assert _count(upstream, since, "fail-500") == 1
-        assert response.elapsed.total_seconds() < 2
-    finally:
-        gateway.stop()
-
-
-# --- every failed attempt is counted, in memory -----------------------------------------------------
-
-
-class _Pick:
-    """Picks the pool's replicas in order, skipping those already tried."""
-
-    def __init__(self, balancer: Balancer) -> None:
-        self.balancer = balancer
-
-    async def __call__(self, call: Call, exclude: tuple[ReplicaState, ...] = ()) -> None:
-        assert call.pool is not None
-        call.replica = next(s for s in self.balancer.replicas(call.pool) if s not in exclude)
-
-
-class _Upstream:
-    """Fails with each scripted error in turn, then answers."""
-
-    def __init__(self, *errors: GatewayError) -> None:
-        self.errors = list(errors)
-
-    async def __call__(self, call: Call) -> None:
-        if self.errors:
-            raise self.errors.pop(0)
-        call.result = BytesResult(200, b"{}")
-
-
-async def _run(*errors: GatewayError, on_timeout: bool = False) -> tuple[Metrics, GatewayError | None]:
-    replicas = [{"base_url": f"http://r{i}:8000/v1", "model": "m", "name": f"r{i}"} for i in range(3)]
-    policy = parse_policy(
-        {"pools": {"p": {"replicas": replicas}}, "retry": {"backoff_s": 0, "on_timeout": on_timeout}}, "t"
-    )
-    balancer = Balancer()
-    balancer.update(policy)
-    metrics = Metrics()
     stage = CallWithRetries(
-        _Pick(balancer),  # type: ignore[arg-type]
-        _Upstream(*errors),  # type: ignore[arg-type]
-        on_attempt_error=metrics.count_upstream_error,
+        PickReplica(balancer),
+        CallUpstream(MemoryUpstreamClient(replicas), balancer),
+        clock=(lambda: clock_s) if clock_s is not None else (lambda: call.started_at),
+        sleep=sleep,
+        rng=random.Random(0),
+        on_attempt_error=lambda pool, error: failures.append((pool, error)),
     )
-    call = Call(Endpoint.CHAT, {"model": "p"}, {}, compile_policy(policy), "id", "p", pool="p")
-    error: GatewayError | None = None
-    try:
+    return stage, sleeps, failures
+
+
+def _call(**retry: object) -> Call:
+    return build_call(policy_doc(num_replicas=2, retry={"backoff_s": 0.1, **retry}))
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        Reply(status=500),
+        Reply.json({"error": {"message": "slow down"}}, status=429),
+        UpstreamConnectError("refused"),
+    ],
+    ids=["5xx", "429", "connect"],
+)
+async def test_a_failed_attempt_is_retried_on_the_other_replica(failure: Reply | Exception) -> None:
+    call = _call()
+    replicas = Replicas(failure, OK)
+    stage, sleeps, failures = _stage(call, replicas)
+    await stage(call)
+    assert isinstance(call.result, BytesResult) and call.attempts == 2
+    assert sorted(replicas.hosts) == ["small-0", "small-1"]
+    assert len(sleeps) == 1 and 0.05 <= sleeps[0] <= 0.15  # backoff_s with +-50% jitter
+    assert [pool for pool, _ in failures] == ["small"]  # the retried attempt is reported
+
+
+async def test_attempts_are_bounded_and_the_last_failure_is_the_calls_own() -> None:
+    call = _call(max_attempts=3)
+    stage, sleeps, failures = _stage(call, Replicas(Reply(status=500), Reply(status=502)))
+    with pytest.raises(UpstreamError) as raised:
         await stage(call)
-    except GatewayError as e:
-        error = e
-    metrics.record_call(call, error)  # what the call's finisher does
-    return metrics, error
+    assert call.attempts == 3 and len(sleeps) == 2
+    assert len(failures) == 2 and all(error is not raised.value for _, error in failures)
+
+
+async def test_a_client_error_is_not_retried() -> None:
+    call = _call()
+    rejected = Reply.json({"error": {"message": "bad", "type": "invalid_request_error"}}, status=400)
+    stage, sleeps, failures = _stage(call, Replicas(rejected, OK))
+    with pytest.raises(UpstreamStatusError):
+        await stage(call)
+    assert call.attempts == 1 and sleeps == [] and failures == []
+
+
+async def test_no_retry_once_the_backoff_would_pass_the_deadline() -> None:
+    call = _call()
+    total_s = call.policy.timeouts.total_s
+    stage, sleeps, _ = _stage(call, Replicas(Reply(status=500), OK), clock_s=call.started_at + total_s - 0.01)
+    with pytest.raises(UpstreamError):
+        await stage(call)
+    assert call.attempts == 1 and sleeps == []
+
+
+@pytest.mark.parametrize("on_timeout", [False, True])
+async def test_a_timeout_is_retried_only_with_on_timeout(on_timeout: bool) -> None:
+    call = _call(on_timeout=on_timeout)
+    stage, _, failures = _stage(call, Replicas(UpstreamTimeout("slow"), OK))
+    if on_timeout:
+        await stage(call)
+        assert call.attempts == 2 and [type(e) for _, e in failures] == [UpstreamTimeout]
+    else:
+        with pytest.raises(UpstreamTimeout):
+            await stage(call)
+        assert call.attempts == 1 and failures == []  # the call's own error is counted with the call
+
+
+async def test_a_lone_replica_is_tried_again() -> None:
+    call = build_call(compile_doc(policy_doc(retry={"backoff_s": 0})))
+    replicas = Replicas(Reply(status=503), OK)
+    stage, _, _ = _stage(call, replicas)
+    await stage(call)
+    assert replicas.hosts == ["small-0", "small-0"] and call.attempts == 2
 
 
 def _errors(metrics: Metrics) -> dict[str, float]:
@@ -167,21 +151,29 @@ def _errors(metrics: Metrics) -> dict[str, float]:
     }
 
 
-async def test_retried_attempts_count_in_upstream_errors_as_well_as_the_last() -> None:
-    metrics, error = await _run(UpstreamConnectError("refused"), UpstreamError("HTTP 500"))
-    assert error is None  # the third attempt answered
-    assert _errors(metrics) == {"upstream_connect_error": 1, "upstream_error": 1}
-    metrics, error = await _run(
-        UpstreamConnectError("refused"), UpstreamError("HTTP 500"), UpstreamError("x")
-    )
-    assert isinstance(error, UpstreamError)  # max_attempts 3: the last failure is the call's own
-    assert _errors(metrics) == {"upstream_connect_error": 1, "upstream_error": 2}
-    metrics, error = await _run(UpstreamStatusError(429, b"{}", "slow down"))
-    assert error is None and _errors(metrics) == {"upstream_rate_limited": 1}
-
-
-async def test_a_timeout_is_counted_once_and_retried_only_with_on_timeout() -> None:
-    metrics, error = await _run(UpstreamTimeout("slow"))
-    assert isinstance(error, UpstreamTimeout) and _errors(metrics) == {"upstream_timeout": 1}
-    metrics, error = await _run(UpstreamTimeout("slow"), on_timeout=True)
-    assert error is None and _errors(metrics) == {"upstream_timeout": 1}
+async def test_metrics_count_every_failed_attempt_by_kind_and_the_calls_own_once() -> None:
+    metrics = Metrics()
+    for script in (
+        [UpstreamConnectError("refused"), Reply(status=500), OK],  # two retried, then answered
+        [Reply.json({"error": {"message": "slow down"}}, status=429), OK],
+        [UpstreamTimeout("slow")],  # not retried: the call's own error only
+    ):
+        call = build_call(policy_doc(num_replicas=3, retry={"backoff_s": 0}))
+        balancer = balancer_for(call.compiled)
+        stage = CallWithRetries(
+            PickReplica(balancer),
+            CallUpstream(MemoryUpstreamClient(Replicas(*script)), balancer),
+            on_attempt_error=metrics.count_upstream_error,
+        )
+        error: GatewayError | None = None
+        try:
+            await stage(call)
+        except GatewayError as e:
+            error = e
+        metrics.record_call(call, error)  # what the pipeline's finisher does
+    assert _errors(metrics) == {
+        "upstream_connect_error": 1,
+        "upstream_error": 1,
+        "upstream_rate_limited": 1,
+        "upstream_timeout": 1,
+    }

@@ -1,112 +1,71 @@
-"""Routing `model: "auto"` through the policy's classifier, with explanations and sticky conversations."""
+"""The route stage: model -> pool, with the reason, key restrictions and the tier classifier."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
-import httpx
 import pytest
 
-from gateway.policy import PolicyError, load_policy
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from gateway.cache import MemoryBlobs
+from gateway.errors import ModelNotFound
+from gateway.stages.route import RouteModel
+from tests.support.calls import api_key, build_call, compile_doc, policy_doc
 
+SMALL_ONLY, STANZA = api_key("acme", pools=["small"])
 RULES = {"kind": "rules", "rules": [{"pool": "large", "keywords": ["prove"]}], "fallback_pool": "small"}
+COMPILED = compile_doc(
+    policy_doc(
+        "small", "large", aliases={"gpt-4o-mini": "small", "router": "auto"}, keys=[STANZA], classifier=RULES
+    )
+)
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    fake = FakeUpstream().start()
-    yield fake
-    fake.stop()
+def _ask(model: str, content: str = "hi") -> dict[str, object]:
+    return {"model": model, "messages": [{"role": "user", "content": content}]}
 
 
-def _policy(upstream: FakeUpstream, classifier: dict[str, Any]) -> dict[str, Any]:
-    document = fake_policy(upstream.base_url)
-    document["pools"]["large"] = {"replicas": [{"base_url": upstream.base_url, "model": "echo"}]}
-    document["pools"]["medium"] = {"replicas": [{"base_url": upstream.base_url, "model": "echo"}]}
-    document["classifier"] = classifier
-    document["aliases"]["router"] = "auto"
-    return document
+@pytest.mark.parametrize(
+    ("model", "pool", "reason"), [("large", "large", "pool"), ("gpt-4o-mini", "small", "alias")]
+)
+async def test_a_pool_or_an_alias_routes_directly(model: str, pool: str, reason: str) -> None:
+    call = build_call(COMPILED, _ask(model))
+    call.pool = None
+    await RouteModel(MemoryBlobs())(call)
+    assert (call.pool, call.route_reason) == (pool, reason)
+    assert call.response_headers["x-switchyard-route-reason"] == reason
 
 
-def _ask(gateway: GatewayServer, messages: list[dict[str, str]], model: str = "auto") -> httpx.Response:
-    return httpx.post(gateway.url + "/v1/chat/completions", json={"model": model, "messages": messages})
+async def test_an_unknown_model_or_one_the_key_may_not_use_is_404() -> None:
+    with pytest.raises(ModelNotFound, match="gpt-5"):
+        await RouteModel(MemoryBlobs())(build_call(COMPILED, _ask("gpt-5")))
+    with pytest.raises(ModelNotFound, match="large"):
+        await RouteModel(MemoryBlobs())(build_call(COMPILED, _ask("large"), key=SMALL_ONLY))
 
 
-def test_auto_uses_the_classifier_and_explains(tmp_path: Path, upstream: FakeUpstream) -> None:
-    gateway = GatewayServer(write_policy(tmp_path / "p.yaml", _policy(upstream, RULES))).start()
-    try:
-        hard = _ask(gateway, [{"role": "user", "content": "Prove that there are infinitely many primes."}])
-        assert hard.status_code == 200 and hard.headers["x-switchyard-pool"] == "large"
-        assert "prove" in hard.headers["x-switchyard-route-reason"]
-        assert hard.json()["model"] == "auto"
-        easy = _ask(gateway, [{"role": "user", "content": "hello!"}], model="router")
-        assert easy.headers["x-switchyard-pool"] == "small"
-        direct = _ask(gateway, [{"role": "user", "content": "prove it"}], model="small")
-        assert direct.headers["x-switchyard-pool"] == "small"
-        assert direct.headers["x-switchyard-route-reason"] == "pool"
-        models = [m["id"] for m in httpx.get(gateway.url + "/v1/models").json()["data"]]
-        assert "auto" in models and "router" in models
-    finally:
-        gateway.stop()
+async def test_auto_asks_the_classifier_and_explains() -> None:
+    route = RouteModel(MemoryBlobs())
+    hard = build_call(COMPILED, _ask("auto", "please prove this theorem"), tenant="a")
+    await route(hard)
+    easy = build_call(COMPILED, _ask("router", "hello there"), tenant="b")
+    await route(easy)
+    assert (hard.pool, easy.pool) == ("large", "small")
+    assert hard.route_reason and "prove" in hard.route_reason
 
 
-def test_a_conversation_keeps_its_tier(tmp_path: Path, upstream: FakeUpstream) -> None:
-    gateway = GatewayServer(write_policy(tmp_path / "p.yaml", _policy(upstream, RULES))).start()
-    try:
-        turns = [
-            {"role": "system", "content": "You are a maths tutor."},
-            {"role": "user", "content": "Prove that sqrt(2) is irrational."},
-        ]
-        first = _ask(gateway, turns)
-        assert first.headers["x-switchyard-pool"] == "large"
-        turns += [{"role": "assistant", "content": "Suppose..."}, {"role": "user", "content": "thanks!"}]
-        later = _ask(gateway, turns)
-        assert later.headers["x-switchyard-pool"] == "large"
-        # a later turn still says why its conversation got its tier
-        reason = first.headers["x-switchyard-route-reason"]
-        assert reason and later.headers["x-switchyard-route-reason"] == f"sticky conversation ({reason})"
-    finally:
-        gateway.stop()
-    unsticky = _policy(upstream, {**RULES, "sticky_conversations": False})
-    gateway = GatewayServer(write_policy(tmp_path / "q.yaml", unsticky)).start()
-    try:
-        assert _ask(gateway, turns).headers["x-switchyard-pool"] == "small"
-    finally:
-        gateway.stop()
+async def test_a_key_limited_to_small_gets_its_nearest_allowed_pool() -> None:
+    call = build_call(COMPILED, _ask("auto", "please prove this theorem"), key=SMALL_ONLY)
+    await RouteModel(MemoryBlobs())(call)
+    assert call.pool == "small" and call.route_reason and call.route_reason.endswith("key allows small")
 
 
-def test_the_shipped_learned_classifier_routes(tmp_path: Path, upstream: FakeUpstream) -> None:
-    gateway = GatewayServer(write_policy(tmp_path / "p.yaml", _policy(upstream, {"kind": "learned"}))).start()
-    try:
-        response = _ask(
-            gateway,
-            [
-                {
-                    "role": "user",
-                    "content": "Design a globally distributed database with "
-                    "strong consistency and explain the trade-offs step by step.",
-                }
-            ],
-        )
-        assert response.status_code == 200
-        assert response.headers["x-switchyard-route-reason"].startswith("learned")
-        assert response.headers["x-switchyard-pool"] in ("small", "medium", "large")
-    finally:
-        gateway.stop()
-
-
-@pytest.mark.parametrize("content", [None, b"", b"not a model file at all"])
-def test_a_missing_or_corrupt_classifier_file_is_refused_at_load(
-    tmp_path: Path, upstream: FakeUpstream, content: bytes | None
-) -> None:
-    model = tmp_path / "router.bin"
-    if content is not None:
-        model.write_bytes(content)
-    path = write_policy(tmp_path / "p.yaml", _policy(upstream, {"kind": "learned", "path": str(model)}))
-    with pytest.raises(PolicyError) as info:
-        load_policy(path)
-    assert "classifier:" in str(info.value) and "router.bin" in str(info.value)
+async def test_a_conversation_keeps_the_tier_its_first_turn_got() -> None:
+    route = RouteModel(MemoryBlobs())
+    first = [{"role": "user", "content": "please prove this theorem"}]
+    call = build_call(COMPILED, {"model": "auto", "messages": first}, tenant="acme")
+    await route(call)
+    assert call.pool == "large"
+    later = [*first, {"role": "assistant", "content": "Done."}, {"role": "user", "content": "thanks"}]
+    call = build_call(COMPILED, {"model": "auto", "messages": later}, tenant="acme")
+    await route(call)
+    assert call.pool == "large" and call.route_reason and call.route_reason.startswith("sticky conversation")
+    other = build_call(COMPILED, {"model": "auto", "messages": later}, tenant="globex")
+    await route(other)
+    assert other.pool == "small"  # another tenant's conversation is its own

@@ -211,7 +211,7 @@ def test_exporter_from_env(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> 
     with caplog.at_level(logging.ERROR, "switchyard.tracing"):
         grpc, _ = exporter_from_env({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
     try:
-        import opentelemetry.exporter.otlp.proto.grpc  # type: ignore[import-not-found]  # noqa: F401
+        import opentelemetry.exporter.otlp.proto.grpc  # noqa: F401
     except ImportError:
         assert grpc is None and "opentelemetry-exporter-otlp-proto-grpc" in caplog.text
     test_file, each = exporter_from_env({"SWITCHYARD_TEST_SPAN_FILE": str(tmp_path / "s.jsonl")})

@@ -9,13 +9,14 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
 
-MESSAGES = [{"role": "user", "content": "Say hello"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello"}]
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,7 @@ def test_chat_reports_the_asked_model_and_forwards_unknown_fields(
 
 
 def test_chat_response_headers(client: openai.OpenAI) -> None:
-    raw = client.chat.completions.with_raw_response.create(model="small", messages=MESSAGES)  # type: ignore[arg-type]
+    raw = client.chat.completions.with_raw_response.create(model="small", messages=MESSAGES)
     assert raw.http_response.status_code == 200
     assert raw.headers["x-switchyard-pool"] == "small"
     assert raw.headers["x-request-id"]
@@ -80,7 +81,7 @@ def test_chat_response_headers(client: openai.OpenAI) -> None:
 def test_stream_relays_chunks_and_drops_the_usage_chunk_not_asked_for(
     client: openai.OpenAI, upstream: FakeUpstream
 ) -> None:
-    chunks = list(client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES, stream=True))  # type: ignore[arg-type]
+    chunks = list(client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES, stream=True))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "Hello from the fake upstream."
     assert all(c.model == "gpt-4o-mini" for c in chunks)
@@ -94,7 +95,7 @@ def test_stream_keeps_the_usage_chunk_when_asked(client: openai.OpenAI) -> None:
             model="small",
             messages=MESSAGES,
             stream=True,
-            stream_options={"include_usage": True},  # type: ignore[arg-type]
+            stream_options={"include_usage": True},
         )
     )
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
@@ -102,9 +103,9 @@ def test_stream_keeps_the_usage_chunk_when_asked(client: openai.OpenAI) -> None:
 
 
 async def test_async_client_plain_and_stream(aclient: openai.AsyncOpenAI) -> None:
-    response = await aclient.chat.completions.create(model="small", messages=MESSAGES)  # type: ignore[arg-type]
+    response = await aclient.chat.completions.create(model="small", messages=MESSAGES)
     assert response.choices[0].message.content == "Hello from the fake upstream."
-    stream = await aclient.chat.completions.create(model="small", messages=MESSAGES, stream=True)  # type: ignore[arg-type]
+    stream = await aclient.chat.completions.create(model="small", messages=MESSAGES, stream=True)
     text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
     assert text == "Hello from the fake upstream."
     models = await aclient.models.list()
@@ -176,13 +177,13 @@ def test_bad_bodies_get_400(gateway: GatewayServer, content: bytes, code: str, p
 
 def test_sdk_raises_bad_request(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model="small", messages=MESSAGES, temperature=7)  # type: ignore[arg-type]
+        client.chat.completions.create(model="small", messages=MESSAGES, temperature=7)
     assert info.value.code == "invalid_value"
 
 
 def test_unknown_model_is_404(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as info:
-        client.chat.completions.create(model="gpt-9", messages=MESSAGES)  # type: ignore[arg-type]
+        client.chat.completions.create(model="gpt-9", messages=MESSAGES)
     assert info.value.code == "model_not_found"
     assert "gpt-9" in info.value.message
 
@@ -191,7 +192,7 @@ def test_body_over_limit_is_413(gateway: GatewayServer) -> None:
     big = b'{"model": "small", "messages": [{"role": "user", "content": "' + b"x" * 5000 + b'"}]}'
     _assert_error_shape(_post(gateway, big), 413, "request_too_large")
 
-    def chunked():  # no Content-Length: the limit still holds
+    def chunked() -> Iterator[bytes]:  # no Content-Length: the limit still holds
         yield big
 
     response = httpx.post(gateway.url + "/v1/chat/completions", content=chunked(), timeout=10)
@@ -226,7 +227,7 @@ def test_upstream_faults_are_typed_errors(
 ) -> None:
     # the "hang" upstream never answers: its 504 can only come from the request's total_s deadline
     with pytest.raises(exception) as info:
-        client.chat.completions.create(model=model, messages=MESSAGES)  # type: ignore[arg-type]
+        client.chat.completions.create(model=model, messages=MESSAGES)
     assert isinstance(info.value, openai.APIStatusError)
     assert info.value.status_code == status and info.value.code == code
 
@@ -243,13 +244,13 @@ def test_mid_stream_failure_ends_with_an_error_event_then_done(gateway: GatewayS
 
 def test_sdk_raises_on_a_mid_stream_error(client: openai.OpenAI) -> None:
     with pytest.raises(openai.APIError):
-        for _ in client.chat.completions.create(model="malformed", messages=MESSAGES, stream=True):  # type: ignore[arg-type]
+        for _ in client.chat.completions.create(model="malformed", messages=MESSAGES, stream=True):
             pass
 
 
 def test_stream_that_fails_before_the_first_byte_is_a_plain_error(client: openai.OpenAI) -> None:
     with pytest.raises(openai.APIStatusError) as info:
-        client.chat.completions.create(model="fail", messages=MESSAGES, stream=True)  # type: ignore[arg-type]
+        client.chat.completions.create(model="fail", messages=MESSAGES, stream=True)
     assert info.value.status_code == 502
 
 
@@ -278,7 +279,7 @@ def test_client_disconnect_cancels_the_upstream_promptly(
 
 
 def test_health_ready_and_metrics(gateway: GatewayServer, client: openai.OpenAI) -> None:
-    client.chat.completions.create(model="small", messages=MESSAGES)  # type: ignore[arg-type]
+    client.chat.completions.create(model="small", messages=MESSAGES)
     gateway.settle()  # the request is counted by its finisher, after the response
     assert httpx.get(gateway.url + "/healthz").json() == {"status": "ok"}
     ready = httpx.get(gateway.url + "/readyz")
@@ -305,12 +306,12 @@ def test_invalid_policy_on_reload_keeps_the_last_good_one(
             time.sleep(0.05)
         assert reloader.num_refused == refused + 1
         assert "expected an http(s) URL" in (reloader.last_error or "")
-        assert client.chat.completions.create(model="small", messages=MESSAGES).model == "small"  # type: ignore[arg-type]
+        assert client.chat.completions.create(model="small", messages=MESSAGES).model == "small"
         policy_path.write_text(good.replace("gpt-4o-mini: small", "gpt-4o-mini: small\n  brand-new: small"))
         deadline = time.monotonic() + 5
         while reloader.policy.pool_for_model("brand-new") is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert client.chat.completions.create(model="brand-new", messages=MESSAGES).model == "brand-new"  # type: ignore[arg-type]
+        assert client.chat.completions.create(model="brand-new", messages=MESSAGES).model == "brand-new"
     finally:
         policy_path.write_text(good)
         reloader.reload()

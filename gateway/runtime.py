@@ -2,7 +2,8 @@
 
 ``Gateway`` holds the policy source (``reloader``: the compiled policy a request starts under), the
 store of limits and usage, the caches, the replica balancer and its health checker, the upstream
-client, the metrics, the pipeline, and the count of requests whose work is not over. It serves
+client, the metrics, the pipeline, the count of requests whose work is not over, and whether the
+process is draining (told to stop: readiness fails, open requests finish). It serves
 nothing itself: ``gateway.proxy`` owns a request's path, ``gateway.routes`` the other endpoints,
 and ``gateway.app`` assembles them.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Mapping
 
 from gateway.compiled import CompiledPolicy
@@ -55,6 +57,8 @@ class Gateway:
         self.pipeline = pipeline
         self.inflight = InFlight()
         """Proxied requests whose response or after-response work is not over (gateway.proxy counts)."""
+        self.draining_since: float | None = None
+        """When (monotonic) this process was told to stop: from then on ``/readyz`` answers 503."""
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(6).hex()
         reloader.subscribe(lambda compiled: balancer.update(compiled.policy))
@@ -68,6 +72,17 @@ class Gateway:
     @property
     def policy(self) -> Policy:
         return self.reloader.compiled.policy
+
+    @property
+    def is_draining(self) -> bool:
+        """True once SIGTERM (or Ctrl-C) arrived: still serving, but leaving the load balancer."""
+        return self.draining_since is not None
+
+    def start_draining(self) -> None:
+        """Fail readiness from now on (a repeat is a no-op); the server stops taking connections
+        later (``gateway.cli.serve``)."""
+        if self.draining_since is None:
+            self.draining_since = time.monotonic()
 
     def _count_reload(self, compiled: CompiledPolicy) -> None:
         self.metrics.policy_reloads.labels("adopted").inc()

@@ -34,9 +34,14 @@ class Settings:
     """A request's headers must arrive within this many seconds, or it gets 408 and the connection closes."""
     body_read_timeout_s: float = 30.0
     """A proxied request's whole body must arrive within this many seconds, or it gets 408."""
+    drain_delay_s: float = 0.0
+    """On SIGTERM ``/readyz`` fails at once, but the gateway keeps accepting connections this many
+    seconds more, so a load balancer (Kubernetes endpoints) can stop sending before the port closes."""
     drain_timeout_s: float = 25.0
-    """On SIGTERM the gateway stops accepting connections and lets open requests (streams included)
-    finish for at most this long, then cuts what is left (under Kubernetes' 30 s grace period)."""
+    """After the delay the gateway stops accepting connections and lets open requests (streams
+    included) finish for at most this long (uvicorn's ``timeout_graceful_shutdown``), then cuts what is
+    left; either way every request is settled before exit. Delay + timeout + a few seconds of settling
+    should fit Kubernetes' grace period (30 s by default)."""
 
     @property
     def overlay_path(self) -> str:
@@ -60,6 +65,7 @@ class Settings:
             ("max_upstream_connections", int),
             ("header_read_timeout_s", float),
             ("body_read_timeout_s", float),
+            ("drain_delay_s", float),
             ("drain_timeout_s", float),
         ):
             raw = env.get(f"SWITCHYARD_{name.upper()}")

@@ -48,6 +48,9 @@ class LoadTestConfig:
     """Per request; a CPU engine under load answers slowly but must answer."""
     shape: str = "steady"
     """steady, ramp or burst (see shapes.py)."""
+    no_wait: bool = False
+    """Users send their next request at once, no think time (``SWITCHYARD_LOADTEST_NO_WAIT=1``): to
+    find the most requests a second a Locust process (or the gateway) manages."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> LoadTestConfig:
@@ -66,4 +69,5 @@ class LoadTestConfig:
             max_tokens=int(get("max_tokens") or defaults.max_tokens),
             timeout_s=float(get("timeout_s") or defaults.timeout_s),
             shape=get("shape") or defaults.shape,
+            no_wait=get("no_wait") == "1",
         )

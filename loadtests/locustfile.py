@@ -2,7 +2,8 @@
 
 User classes live in ``users.py``; the load shape (steady, ramp or burst) is chosen by
 ``SWITCHYARD_LOADTEST_SHAPE`` and reads Locust's ``--users`` and ``--run-time``. The over-limit user
-exists only when ``SWITCHYARD_LOADTEST_LIMITED_KEY`` is set.
+exists only when ``SWITCHYARD_LOADTEST_LIMITED_KEY`` is set. Distributed (``--processes``, ``--master``
+/ ``--worker``): every worker reports its rows to the master, and its request count (``workers.py``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from pathlib import Path
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 import gevent
-from locust import events
+from locust import constant, events
 from locust.stats import CSV_STATS_INTERVAL_SEC
 
+from loadtests import workers  # noqa: F401  # per-worker request counts in a distributed run
 from loadtests.config import LoadTestConfig
 from loadtests.shapes import SHAPES
 from loadtests.users import (
@@ -34,6 +36,9 @@ Shape = SHAPES[_config.shape]  # Locust runs the one shape class bound in this m
 
 if _config.limited_key:
     from loadtests.users import OverLimitUser  # noqa: F401
+if _config.no_wait:  # throughput runs: no think time between a user's requests
+    for _user in (AutoTierUser, CacheHeavyUser, ChatUser, SharedPromptUser, StreamingUser):
+        _user.wait_time = constant(0)
 
 
 @events.quit.add_listener

@@ -1,12 +1,15 @@
 """Reading a finished run's Locust CSVs: the rows, the failures, and a short summary to print.
 
-Pure (no Locust import): ``run.py`` prints the summary and the smoke test asserts on the rows.
+Pure (no Locust import): ``run.py`` prints the summary and the smoke test asserts on the rows. In a
+distributed run the master's CSVs hold every worker's rows (Locust sends them), so the summary covers
+all workers; ``<prefix>_workers.json`` (``workers.py``) says how the requests split.
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,8 +68,17 @@ def read_failures(prefix: Path) -> list[str]:
     return lines
 
 
-def summary(rows: Sequence[StatsRow]) -> str:
-    """The headline figures: requests and failures, time to first token, decode speed, output tokens."""
+def read_workers(prefix: Path) -> dict[str, int]:
+    """``<prefix>_workers.json`` of a distributed run: requests per worker (empty: not distributed)."""
+    path = Path(f"{prefix}_workers.json")
+    if not path.exists():
+        return {}
+    return {str(name): int(count) for name, count in json.loads(path.read_text()).items()}
+
+
+def summary(rows: Sequence[StatsRow], workers: Mapping[str, int] | None = None) -> str:
+    """The headline figures: requests and failures, time to first token, decode speed, output tokens;
+    with ``workers`` (a distributed run), how the requests split between them."""
     by_key = {(row.type, row.name): row for row in rows}
     http_rows = [row for row in rows if row.type in ("POST", "GET")]
     lines = [
@@ -81,4 +93,7 @@ def summary(rows: Sequence[StatsRow]) -> str:
         num_tokens = tokens.mean_content_size * tokens.num_requests
         tok_per_s = tokens.mean_content_size * tokens.requests_per_s
         lines.append(f"output tokens generated: {num_tokens:,.0f}, {tok_per_s:,.1f} tok/s overall")
+    if workers:
+        split = ", ".join(f"{count:,}" for count in sorted(workers.values(), reverse=True))
+        lines.append(f"workers: {len(workers)} (requests each: {split})")
     return "\n".join(lines)

@@ -4,6 +4,9 @@
     python loadtests/run.py --host http://127.0.0.1:8000 --key sk-...     # against a running gateway
     python loadtests/run.py --shape burst --duration 3m --users 16
     python loadtests/run.py --classes ChatUser StreamingUser -- --loglevel DEBUG   # after --: to locust
+    python loadtests/run.py --processes 2                     # a master and 2 worker processes here
+    python loadtests/run.py --host URL --key K --master --expect-workers 4        # on one machine ...
+    python loadtests/run.py --worker --master-host 10.0.0.5 --key K              # ... and on each other
 
 Without ``--host`` it uses a gateway already answering on 127.0.0.1:<port> (``make run`` in another
 shell; key from ``.local/dev-key``), else starts ``switchyard run`` itself with a temporary overlay
@@ -11,6 +14,10 @@ that adds a key limited to a few requests a minute (for the over-limit user), re
 ``export OPENAI_API_KEY=`` line it prints, and stops it afterwards. Reports:
 ``loadtests/results/<name>_stats.csv`` (+ ``_failures``, ``_exceptions``, ``_stats_history``) and
 ``<name>.html``. Exit status: Locust's (1 when any request failed unexpectedly).
+
+Distributed runs are Locust's: the master runs the shape and writes the reports and the summary,
+over every worker's figures; ``<name>_workers.json`` holds each worker's request count. A worker
+needs only the master's address and the keys (``--key``, ``--limited-key`` or their variables).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from loadtests.config import ENV_PREFIX, USER_CLASSES  # noqa: E402
-from loadtests.report import read_failures, read_stats, summary  # noqa: E402
+from loadtests.report import read_failures, read_stats, read_workers, summary  # noqa: E402
 
 LOCUSTFILE = REPO / "loadtests" / "locustfile.py"
 RESULTS_DIR = REPO / "loadtests" / "results"
@@ -185,6 +192,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-tokens", type=int, default=None, help="max_tokens of every request (default 48)"
     )
+    parser.add_argument(
+        "--no-wait", action="store_true", help="no think time between a user's requests (throughput runs)"
+    )
     parser.add_argument("--name", help="report name (default: <shape>-<timestamp>)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument(
@@ -196,6 +206,22 @@ def _parser() -> argparse.ArgumentParser:
         "--no-engine", action="store_true", help="the started gateway's upstreams are already running"
     )
     parser.add_argument("--start-timeout", type=float, default=900.0, help="seconds to wait for it")
+    distributed = parser.add_mutually_exclusive_group()
+    distributed.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="a master and this many worker processes here (-1: a core each)",
+    )
+    distributed.add_argument(
+        "--master", action="store_true", help="master of workers on other machines (see --expect-workers)"
+    )
+    distributed.add_argument(
+        "--worker", action="store_true", help="a worker of the master at --master-host; nothing else runs"
+    )
+    parser.add_argument("--expect-workers", type=int, default=1, help="--master waits for this many workers")
+    parser.add_argument("--master-host", default="127.0.0.1", help="--worker: the master's address")
+    parser.add_argument("--master-port", type=int, default=5557, help="the master's port (Locust's)")
     parser.add_argument("locust_args", nargs="*", help="after --: passed to locust as they are")
     return parser
 
@@ -207,6 +233,8 @@ def _dev_key() -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.worker:
+        return run_worker(args)
     name = args.name or f"{args.shape}-{time.strftime('%Y%m%d-%H%M%S')}"
     args.results_dir.mkdir(parents=True, exist_ok=True)
     prefix = args.results_dir / name
@@ -253,29 +281,64 @@ def main(argv: Sequence[str] | None = None) -> int:
             gateway.stop()
 
 
-def run_locust(
-    args: argparse.Namespace, host: str, key: str, limited_key: str | None, classes: list[str], prefix: Path
-) -> int:
-    users = max(args.users, len(classes))  # fewer users than classes would leave some classes idle
+def _locust_env(args: argparse.Namespace, key: str, limited_key: str | None) -> dict[str, str]:
+    """What the users read (``config.py``): the same on the master and on every worker."""
     env = {**os.environ, ENV_PREFIX + "KEY": key, ENV_PREFIX + "SHAPE": args.shape}
-    if limited_key and "OverLimitUser" in classes:
+    if limited_key:
         env[ENV_PREFIX + "LIMITED_KEY"] = limited_key
     else:
         env.pop(ENV_PREFIX + "LIMITED_KEY", None)
     if args.max_tokens is not None:
         env[ENV_PREFIX + "MAX_TOKENS"] = str(args.max_tokens)
+    if args.no_wait:
+        env[ENV_PREFIX + "NO_WAIT"] = "1"
+    return env
+
+
+def _distributed_args(args: argparse.Namespace) -> list[str]:
+    """Locust's own flags for ``--processes`` (its forked workers dial ``--master-port``) and ``--master``."""
+    port = ["--master-bind-port", str(args.master_port)]
+    if args.processes is not None:
+        return ["--processes", str(args.processes), *port, "--master-port", str(args.master_port)]
+    if args.master:
+        return ["--master", "--expect-workers", str(args.expect_workers), *port]
+    return []
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    """``--worker``: Locust as a worker of the master at ``--master-host`` (it sends the users to run)."""
+    key = args.key or os.environ.get(ENV_PREFIX + "KEY")
+    if not key:
+        print("error: no API key: pass --key or set SWITCHYARD_LOADTEST_KEY", file=sys.stderr)
+        return 2
+    limited_key = args.limited_key or os.environ.get(ENV_PREFIX + "LIMITED_KEY")
+    command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker"]
+    command += ["--master-host", args.master_host, "--master-port", str(args.master_port), *args.locust_args]
+    print(f"locust worker of {args.master_host}:{args.master_port}", flush=True)
+    return subprocess.run(command, env=_locust_env(args, key, limited_key), cwd=REPO).returncode
+
+
+def run_locust(
+    args: argparse.Namespace, host: str, key: str, limited_key: str | None, classes: list[str], prefix: Path
+) -> int:
+    users = max(args.users, len(classes))  # fewer users than classes would leave some classes idle
+    env = _locust_env(args, key, limited_key if "OverLimitUser" in classes else None)
     command = [
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", host,
         "--users", str(users), "--spawn-rate", str(args.spawn_rate or users), "--run-time", args.duration,
         "--stop-timeout", args.stop_timeout, "--csv", str(prefix), "--html", f"{prefix}.html",
-        "--only-summary", *args.locust_args, *classes,
+        "--only-summary", *_distributed_args(args), *args.locust_args, *classes,
     ]  # fmt: skip
-    print(f"locust: {args.shape}, {users} users, {args.duration}, classes {' '.join(classes)}", flush=True)
+    where = " ".join(_distributed_args(args)) or "one process"
+    print(
+        f"locust: {args.shape}, {users} users, {args.duration}, {where}, classes {' '.join(classes)}",
+        flush=True,
+    )
     rc = subprocess.run(command, env=env, cwd=REPO).returncode
     stats = Path(f"{prefix}_stats.csv")
     if stats.exists():
         rows = read_stats(prefix)
-        print("\n" + summary(rows))
+        print("\n" + summary(rows, read_workers(prefix)))
         failures = read_failures(prefix)
         for line in failures:
             print(f"failure: {line}")

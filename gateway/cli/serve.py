@@ -1,10 +1,18 @@
 """``switchyard serve``: the gateway under uvicorn, and the banner (the two ``export`` lines) printed once
-it answers."""
+it answers.
+
+SIGTERM drains each serving process (the one process, or every worker: uvicorn's supervisor passes
+the signal on to each): ``/readyz`` fails at once, connections are still taken for
+``drain_delay_s``, then uvicorn stops listening, lets open requests finish for ``drain_timeout_s``
+(``timeout_graceful_shutdown``), cuts what is left, and the app's shutdown settles every request.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -12,6 +20,8 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from gateway.cli.logs import logging_config
@@ -20,6 +30,11 @@ from gateway.settings import Settings
 
 if TYPE_CHECKING:
     import uvicorn
+
+    from gateway.proxy import ProxyApp
+    from gateway.runtime import Gateway
+
+_APP_FACTORY = "gateway.cli.serve:served_app"
 
 
 def wait_http_ok(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
@@ -83,6 +98,41 @@ def _announcing_server(config: uvicorn.Config, banner: str) -> uvicorn.Server:
     return AnnouncingServer(config)
 
 
+def served_app() -> ProxyApp:
+    """What uvicorn loads in each serving process: ``create_app()`` with SIGTERM's drain hooked in."""
+    from gateway.app import create_app
+
+    app = create_app()
+    hook_drain(app.gateway, app.gateway.settings.drain_delay_s)
+    return app
+
+
+def hook_drain(gateway: Gateway, delay_s: float) -> None:
+    """Wrap uvicorn's SIGTERM and SIGINT handlers (installed before it loads the app): the gateway
+    drains at once (``/readyz`` 503), and uvicorn's own stop follows ``delay_s`` later for SIGTERM, at
+    once for Ctrl-C or a second signal. Not uvicorn's main thread (no handler of its own): nothing."""
+    loop = asyncio.get_running_loop()
+    for sig, wait_s in ((signal.SIGTERM, delay_s), (signal.SIGINT, 0.0)):
+        stop = signal.getsignal(sig)
+        if not callable(stop):
+            continue
+
+        def on_signal(
+            signum: int,
+            frame: FrameType | None,
+            stop: Callable[[int, FrameType | None], Any] = stop,
+            wait_s: float = wait_s,
+        ) -> None:
+            is_first = not gateway.is_draining
+            gateway.start_draining()
+            if is_first and wait_s > 0:  # keep serving while the load balancer takes us out
+                loop.call_soon_threadsafe(loop.call_later, wait_s, stop, signum, None)
+            else:
+                stop(signum, frame)
+
+        signal.signal(sig, on_signal)
+
+
 def _quiet_single_process_salt(settings: Settings, policy: Policy) -> None:
     """One process and no shared store: a salt secret made here is the only one there is, so set it
     rather than have the pick stage warn, on the first request, that replicas' salts could differ."""
@@ -90,6 +140,10 @@ def _quiet_single_process_salt(settings: Settings, policy: Policy) -> None:
     is_shared = settings.workers > 1 or bool(store_env and os.environ.get(store_env))
     if secret_env and not is_shared and not os.environ.get(secret_env):
         os.environ[secret_env] = secrets.token_hex(16)
+
+
+def _drained(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM after uvicorn's graceful shutdown (it re-raises what it caught): already done."""
 
 
 def serve(settings: Settings, *, api_key: str | None = None) -> int:
@@ -108,6 +162,8 @@ def serve(settings: Settings, *, api_key: str | None = None) -> int:
         ("HOST", settings.host),
         ("PORT", str(settings.port)),
         ("LOG_LEVEL", settings.log_level),
+        ("DRAIN_DELAY_S", str(settings.drain_delay_s)),
+        ("DRAIN_TIMEOUT_S", str(settings.drain_timeout_s)),
     ):
         os.environ[f"SWITCHYARD_{name}"] = value
     options: dict[str, Any] = dict(
@@ -134,10 +190,13 @@ def serve(settings: Settings, *, api_key: str | None = None) -> int:
 
         prepare_multiprocess(tempfile.mkdtemp(prefix="switchyard-metrics-"))
         _announce_when_ready(settings, banner)
-        uvicorn.run("gateway.app:create_app", workers=settings.workers, **options)
+        uvicorn.run(_APP_FACTORY, workers=settings.workers, **options)  # SIGTERM reaches every worker
         return 0
     _quiet_single_process_salt(settings, policy)
-    server = _announcing_server(uvicorn.Config("gateway.app:create_app", **options), banner)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        # uvicorn re-raises SIGTERM once it has drained: exit 0 then, not by the signal
+        signal.signal(signal.SIGTERM, _drained)
+    server = _announcing_server(uvicorn.Config(_APP_FACTORY, **options), banner)
     try:
         server.run()
     except KeyboardInterrupt:  # Ctrl-C: uvicorn re-raises it after its graceful shutdown

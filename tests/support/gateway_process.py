@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -57,6 +58,14 @@ class GatewayProcess:
                 pass
             time.sleep(0.1)
         raise RuntimeError("gateway did not become ready")
+
+    def terminate(self) -> None:
+        """SIGTERM, as Kubernetes sends it; the process drains (see ``wait_exit``)."""
+        self.proc.send_signal(signal.SIGTERM)
+
+    def wait_exit(self, timeout_s: float) -> int:
+        """The exit status, once the process has ended (``subprocess.TimeoutExpired`` past ``timeout_s``)."""
+        return self.proc.wait(timeout_s)
 
     def stop(self) -> None:
         self.proc.terminate()

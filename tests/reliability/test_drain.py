@@ -76,7 +76,10 @@ def _refuses_connections(port: int) -> bool:
 
 def _is_draining(url: str) -> bool:
     answer = httpx.get(url + "/readyz", timeout=5)  # a new connection each time
-    return answer.status_code == 503 and answer.json() == {"status": "draining", "checks": {"accepting": False}}
+    return answer.status_code == 503 and answer.json() == {
+        "status": "draining",
+        "checks": {"accepting": False},
+    }
 
 
 def _start(

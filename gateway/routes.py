@@ -111,7 +111,10 @@ def api_routes(gateway: Gateway) -> list[HTTPRouteHandler]:
             "store": await gateway.store.ping(),
             "replica": gateway.balancer.has_healthy(),
         }
-        ready = all(checks.values())
+        # fail_open serves through a store outage (a local limiter stands in): leaving the load
+        # balancer then would empty it of every gateway at once, so only fail_closed needs the store
+        needs_store = gateway.policy.store.on_failure == "fail_closed"
+        ready = checks["policy"] and checks["replica"] and (checks["store"] or not needs_store)
         return Response(
             content=_encode({"status": "ready" if ready else "not ready", "checks": checks}),
             status_code=200 if ready else 503,

@@ -137,7 +137,7 @@ def _image_exists(tag: str) -> bool:
     return run(["docker", "image", "inspect", tag], timeout_s=30, check=False).returncode == 0
 
 
-def _build(dockerfile: str, tag: str, args: dict[str, str]) -> None:
+def build_image(dockerfile: str, tag: str, args: dict[str, str]) -> None:
     build_args = [item for name, value in args.items() for item in ("--build-arg", f"{name}={value}")]
     run(
         ["docker", "build", "--network", "host", "-q", "-f", f"deploy/docker/{dockerfile}", "-t", tag,
@@ -153,8 +153,8 @@ def images(docker_engine: None) -> Iterator[Images]:
     if base == LOCAL_BASE and not _image_exists(LOCAL_BASE):
         run(["sh", str(DOCKER_DIR / "base-image.sh"), LOCAL_BASE], timeout_s=600)
     built = Images("switchyard/gateway:0.1.0", "switchyard/engine:0.1.0", "switchyard/redis:7.0", base)
-    _build("gateway.Dockerfile", built.gateway, {"BASE_IMAGE": base})
-    _build("redis.Dockerfile", built.redis, {"BASE_IMAGE": base})
+    build_image("gateway.Dockerfile", built.gateway, {"BASE_IMAGE": base})
+    build_image("redis.Dockerfile", built.redis, {"BASE_IMAGE": base})
     engine_args = {"BASE_IMAGE": base}
     copied: Path | None = None
     if TORCH_WHEEL.exists():  # offline: the CPU wheel on disk, else the PyTorch CPU index
@@ -164,7 +164,7 @@ def images(docker_engine: None) -> Iterator[Images]:
             copied = target
         engine_args["TORCH_WHEEL"] = TORCH_WHEEL.name
     try:
-        _build("engine.Dockerfile", built.engine, engine_args)
+        build_image("engine.Dockerfile", built.engine, engine_args)
     finally:
         if copied is not None:  # out of the other images' build context
             copied.unlink()

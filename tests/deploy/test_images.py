@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.api_keys import key_stanza
-from tests.deploy.conftest import ROOT, Images, free_port, http_status, run, wait_until
+from tests.deploy.conftest import ROOT, Images, build_image, free_port, http_status, run, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -85,3 +85,12 @@ def test_chat_through_gateway_image_to_engine_image(
     answer = completion.choices[0].message.content or ""
     assert "Paris" in answer, answer
     assert completion.usage is not None and completion.usage.completion_tokens > 0
+
+
+def test_loadtest_image_runs_the_locustfile(images: Images) -> None:
+    """The image the compose file's and the manifests' Locust master and workers run: Locust finds the
+    user classes of loadtests/locustfile.py (the file imports, its scenarios load)."""
+    tag = "switchyard/loadtest:0.1.0"
+    build_image("loadtest.Dockerfile", tag, {"BASE_IMAGE": images.base})
+    listed = run(["docker", "run", "--rm", tag, "-f", "loadtests/locustfile.py", "--list"], timeout_s=120)
+    assert "ChatUser" in listed.stdout, listed.stdout + listed.stderr

@@ -110,7 +110,7 @@ class CreditStore:
         self._writes = WriteBack(redis, on_failure=self._drop_credit)
         self._credit = CreditBook(self._writes, slot_idle_s=slot_idle_s)
         """Window credit and spare lease slots held."""
-        self._asking: dict[tuple[str, str, tuple[LimitRule, ...]], asyncio.Future[None]] = {}
+        self._asking: dict[tuple[str, str, tuple[LimitRule, ...]], asyncio.Future[bool]] = {}
         """Rule sets with a credit request on its way to Redis -> done when it is answered."""
         self._settled: dict[str, None] = {}
         """Recently settled request ids (a repeat settle is a no-op)."""
@@ -180,7 +180,12 @@ class CreditStore:
         asked = self._asking.get((tenant, admission.month, admission.rules))
         if asked is not None:
             # credit for this rule set is on its way: wait for it rather than ask Redis alongside
-            await asyncio.shield(asked)
+            if not await asyncio.shield(asked):
+                # Redis did not answer it: asking again would make this request wait a second
+                # timeout, past the store's promise (store.timeout_s)
+                raise StoreUnavailable(
+                    "rate-limit store unavailable (a credit request beside this one failed)"
+                )
             if plan.snapshot is not None and (decision := self._admit_locally(admission, plan)):
                 return decision
         # hand back what this replica holds on these keys first: its credit must not deny its own request
@@ -192,20 +197,22 @@ class CreditStore:
         # each take a sixteenth of the room
         asking = (tenant, admission.month, admission.rules)
         want = None
-        answered: asyncio.Future[None] | None = None
+        answered: asyncio.Future[bool] | None = None
+        is_unavailable = False
         if asking not in self._asking:
             want = (self._want[0], self._want[1] * admission.reserve_tokens, self._want[2])
             answered = self._asking[asking] = asyncio.get_running_loop().create_future()
         try:
             decision, room, grants = await self.redis.admit_with_credit(admission, want)
         except StoreUnavailable:
+            is_unavailable = True
             self._drop_credit()  # no credit spent while Redis is away
             self._release_after_failure(admission, plan, num_slots=want[2] if want else 0)
             raise
         finally:
             if answered is not None:
                 del self._asking[asking]
-                answered.set_result(None)
+                answered.set_result(not is_unavailable)  # cancelled: the others ask
         # before any await: the credit granted is there for the requests whose answers come next
         decision = self._answered(admission, plan, decision, room, grants)
         if flushed is not None:

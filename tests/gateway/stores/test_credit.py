@@ -345,3 +345,37 @@ async def test_a_lease_held_when_redis_failed_is_released_not_kept_as_a_spare(
     assert counting(store).admits == 2  # asked Redis: no spare slot was kept
     await store.flush()
     assert await raw.zscore("sy:{t:acme}:conc:pool:gpu", running.request_id) is None  # released
+
+
+class StalledRedisStore(CountingRedisStore):
+    """Admits that reach Redis wait until ``release`` is set, then fail as a timeout would."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.release = asyncio.Event()
+        self.reached = asyncio.Event()
+
+    async def admit_with_credit(self, *args: Any, **kwargs: Any) -> Any:
+        self.admits += 1
+        self.reached.set()
+        await self.release.wait()
+        raise StoreUnavailable("timed out")
+
+
+async def test_admits_waiting_on_a_failed_credit_request_fail_with_it(redis_flushed: str) -> None:
+    """Those waiting on another admit's credit request do not each ask Redis again once it failed:
+    that would make them wait a second store timeout, past ``store.timeout_s``."""
+    stalled = StalledRedisStore(redis_flushed, timeout_s=2.0)
+    store = CreditStore(stalled, clock=Clock(), flush_interval_s=3600)
+    rule = LimitRule(scope="key:k1", requests_per_minute=1000)
+    try:
+        admits = [asyncio.ensure_future(store.admit(admission(rule, now_s=T0))) for _ in range(5)]
+        await stalled.reached.wait()  # the first reached Redis
+        for _ in range(5):  # let the others reach their wait on its credit request
+            await asyncio.sleep(0)
+        stalled.release.set()
+        results = await asyncio.gather(*admits, return_exceptions=True)
+        assert all(isinstance(r, StoreUnavailable) for r in results), results
+        assert stalled.admits == 1
+    finally:
+        await store.close()

@@ -14,23 +14,24 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from gateway.redis_client.resp import RespClient, RespError
+from gateway.redis_client.connect import Connection, open_client
+from gateway.redis_client.resp import RespError
 
 Arg = str | bytes | int | float
 """A command argument: str is sent UTF-8 encoded, numbers as their decimal text."""
 
 
 class RespCommands:
-    """Typed Redis commands over a ``RespClient`` (which it owns: ``close`` closes it)."""
+    """Typed Redis commands over a ``RespClient`` or ``ClusterClient`` (owned: ``close`` closes it)."""
 
-    def __init__(self, client: RespClient) -> None:
+    def __init__(self, client: Connection) -> None:
         self.resp = client
 
     @classmethod
     def from_url(cls, url: str, *, connect_timeout_s: float = 1.0) -> RespCommands:
-        """Commands on a new connection to ``url`` (``redis://[user:password@]host:port/db``), opened
-        on the first call."""
-        return cls(RespClient(url, connect_timeout_s=connect_timeout_s))
+        """Commands on a new connection to ``url`` (any form of url.py: TLS, ACL, Sentinel, Cluster),
+        opened on the first call."""
+        return cls(open_client(url, connect_timeout_s=connect_timeout_s))
 
     async def get(self, key: str) -> bytes | None:
         reply: bytes | None = await self.resp.execute("GET", key)
@@ -67,19 +68,21 @@ class RespCommands:
         return await self.resp.execute("EVALSHA", sha, len(keys), *keys, *args)
 
     async def scan_iter(self, *, match: str | None = None, count: int | None = None) -> AsyncIterator[bytes]:
-        """Every key (matching ``match``), by SCAN: a key may come twice if the keyspace changes."""
+        """Every key (matching ``match``), by SCAN on every primary (a Cluster's too): a key may come
+        twice if the keyspace changes (or its slot moves) meanwhile."""
         options: list[Arg] = []
         if match is not None:
             options += ["MATCH", match]
         if count is not None:
             options += ["COUNT", count]
-        cursor: bytes = b"0"
-        while True:
-            cursor, keys = await self.resp.execute("SCAN", cursor, *options)
-            for key in keys:
-                yield key
-            if cursor == b"0":
-                return
+        for node in await self.resp.primaries():
+            cursor: bytes = b"0"
+            while True:
+                cursor, keys = await node.execute("SCAN", cursor, *options)
+                for key in keys:
+                    yield key
+                if cursor == b"0":
+                    break
 
     async def hgetall(self, key: str) -> dict[bytes, bytes]:
         """The hash's fields (empty when the key does not exist)."""

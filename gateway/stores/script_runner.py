@@ -6,11 +6,11 @@ repeated. Every call is bounded by ``timeout_s`` end to end; any failure to answ
 ``StoreUnavailable`` at once (no retries of the call here: the failover wrapper decides what happens
 next).
 
-On the fast path (a ``RespClient`` of RedisStore's own), calls made in the same event-loop turn with
-the same keys (same tenant, same rules) share one EVALSHA: the script takes one ARGV entry per call and
-answers each in turn, atomically. At concurrency 16 that is a fraction of the commands, bytes and
-parsing. The batch holds the one timer of them all (a timer per call was a quarter of the client's
-CPU) and always resolves every caller's future: a reply, or StoreUnavailable.
+On the fast path (RedisStore's own ``RespClient`` or ``ClusterClient``), calls made in the same
+event-loop turn with the same keys (same tenant, same rules) share one EVALSHA: the script takes one
+ARGV entry per call and answers each in turn, atomically. At concurrency 16 that is a fraction of the
+commands, bytes and parsing. The batch holds the one timer of them all (a timer per call was a quarter
+of the client's CPU) and always resolves every caller's future: a reply, or StoreUnavailable.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from importlib import resources
 from typing import Any
 
 from gateway.redis_client.commands import RespCommands
-from gateway.redis_client.resp import RespClient, RespError
+from gateway.redis_client.connect import Connection
+from gateway.redis_client.resp import RespError
 from gateway.stores.base import StoreUnavailable
 
 Batch = list[tuple[bytes, asyncio.Future[list[Any]]]]
@@ -53,7 +54,7 @@ class ScriptRunner:
         timeout_s: the most one call (or one batch) may take, connection included.
     """
 
-    def __init__(self, client: RespCommands, fast: RespClient | None, *, timeout_s: float) -> None:
+    def __init__(self, client: RespCommands, fast: Connection | None, *, timeout_s: float) -> None:
         self._client = client
         self._fast = fast
         self.timeout_s = timeout_s

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.redis_client.commands import RespCommands
-from gateway.redis_client.resp import RespError
+from gateway.redis_client.resp import RespClient, RespError
 from tests.support.redis_server import RedisServer
 
 ECHO = "return {KEYS[1], ARGV[1]}"
@@ -77,6 +77,7 @@ async def test_hgetall_is_a_dict_and_empty_for_a_missing_key(redis: RespCommands
 
 async def test_calls_gathered_in_one_loop_turn_leave_in_one_write(redis: RespCommands) -> None:
     assert await redis.ping()  # connected
+    assert isinstance(redis.resp, RespClient)
     protocol = redis.resp._protocol
     assert protocol is not None
     writes: list[bytes] = []
@@ -131,3 +132,28 @@ async def test_a_caller_that_timed_out_does_not_shift_the_replies_of_later_calls
         assert await redis.get("a") == b"1"
     finally:
         await redis.close()
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_a_connection_is_dropped_when_redis_stops_acknowledging(redis_flushed: str, loop_kind: str) -> None:
+    """TCP_USER_TIMEOUT on every connection (the gateway runs on uvloop, tests on asyncio): after a
+    partition the next call connects afresh instead of waiting out TCP's doubling retransmits."""
+    import socket
+
+    import uvloop
+
+    from gateway.redis_client.resp import TCP_USER_TIMEOUT_MS
+
+    async def set_option() -> int:
+        client = RespClient(redis_flushed)
+        try:
+            assert await client.execute("PING") == b"PONG"
+            protocol = client._protocol
+            assert protocol is not None
+            sock = protocol.transport.get_extra_info("socket")
+            return int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT))
+        finally:
+            await client.close()
+
+    run = uvloop.run if loop_kind == "uvloop" else asyncio.run
+    assert run(set_option()) == TCP_USER_TIMEOUT_MS

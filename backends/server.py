@@ -44,6 +44,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--device", default="auto")
+    parser.add_argument(
+        "--quantization",
+        default=None,
+        choices=("int8",),
+        help="int8: per-channel int8 weights for the decoder GEMMs (CPU; LM head and embeddings stay float)",
+    )
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument("--max-model-len", type=int, default=None)
@@ -121,6 +127,7 @@ def build_engine(
         model=source,
         dtype=args.dtype,
         device=args.device,
+        quantization=args.quantization,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.max_model_len,

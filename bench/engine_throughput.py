@@ -4,6 +4,7 @@
     python bench/engine_throughput.py --baseline hf-static8  # HF generate in static padded batches of 8
     python bench/engine_throughput.py --baseline hf-single   # HF generate one request at a time
     python bench/engine_throughput.py --num-requests 8 --dtype bfloat16
+    python bench/engine_throughput.py --batch-1 --quantization int8  # 8 requests one at a time, int8
     python bench/engine_throughput.py --model gemma3-270m [--baseline hf-static8]
 
 Workload: prompt lengths uniform in [32, 512], output lengths uniform in [16, 256] (seed 0), random
@@ -71,6 +72,7 @@ def run_engine(args: argparse.Namespace, work: Workload) -> dict[str, object]:
         EngineConfig(
             model=args.model,
             dtype=args.dtype,
+            quantization=args.quantization,
             max_num_seqs=args.max_num_seqs,
             max_num_batched_tokens=args.max_num_batched_tokens,
             kv_cache_bytes=args.kv_cache_mib << 20,
@@ -110,8 +112,11 @@ def run_engine(args: argparse.Namespace, work: Workload) -> dict[str, object]:
         if n > 1
     ]
     ttft = list(first.values())
+    weight_bytes = engine.runner.weight_bytes
+    quant = f", {args.quantization}" if args.quantization else ""
     return {
-        "system": f"engine {args.model} ({args.dtype})",
+        "system": f"engine {args.model} ({args.dtype}{quant})",
+        "max_num_seqs": args.max_num_seqs,
         "num_requests": len(work.prompts),
         "prompt_tokens": sum(map(len, work.prompts)),
         "output_tokens": num_out,
@@ -121,6 +126,9 @@ def run_engine(args: argparse.Namespace, work: Workload) -> dict[str, object]:
         "ttft_p50_s": round(percentile(ttft, 0.5), 2),
         "ttft_p99_s": round(percentile(ttft, 0.99), 2),
         "tpot_p50_ms": round(1000 * statistics.median(tpot), 1),
+        "decode_tok_s_p50": round(1 / statistics.median(tpot), 1),
+        "gemm_weight_int8_mb": None if weight_bytes is None else round(weight_bytes.int8_bytes / 1e6, 1),
+        "gemm_weight_float_mb": None if weight_bytes is None else round(weight_bytes.float_bytes / 1e6, 1),
         "steps": num_steps,
         "peak_kv_blocks": peak_blocks,
         "kv_waste_at_peak": round(waste_at_peak, 4),
@@ -178,12 +186,21 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--num-requests", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--quantization", choices=["int8"], default=None)
+    parser.add_argument(
+        "--batch-1",
+        action="store_true",
+        help="one sequence at a time (max_num_seqs 1) over 8 requests: single-stream decode speed",
+    )
     parser.add_argument("--baseline", choices=["hf-static8", "hf-single"], default=None)
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument("--kv-cache-mib", type=int, default=1024)
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args(argv)
+    if args.batch_1:
+        args.max_num_seqs = 1
+        args.num_requests = min(args.num_requests, 8)
     work = Workload.build(args.num_requests, args.seed, VOCAB[args.model])
     result = run_hf(args, work) if args.baseline else run_engine(args, work)
     print(json.dumps(result))

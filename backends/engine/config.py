@@ -38,6 +38,10 @@ class EngineConfig:
     window / block_size + 1 of them however long it grows): from the one pool when every layer slides, or
     from the sliding layers' own pool when the model also has full layers (two KV groups). False keeps
     one pool and every block, to measure the saving."""
+    quantization: str | None = None
+    """None (weights in ``dtype``) or "int8": every decoder GEMM (q|k|v, o, gate|up, down) gets
+    per-output-channel symmetric int8 weights with fp32 scales, computed at load from the float weights
+    (CPU only; the embeddings and LM head stay in ``dtype``)."""
     num_threads: int | None = None
     """torch intra-op threads on CPU; default the number of usable cores."""
     seed: int = 0
@@ -50,9 +54,13 @@ class EngineConfig:
             raise ValueError("block_size must be >= 1")
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        if self.quantization is not None and self.quantization not in QUANTIZATION_METHODS:
+            raise ValueError(f"quantization must be None or one of {list(QUANTIZATION_METHODS)}")
         if not 0.0 < self.kv_cache_fraction <= 1.0:
             raise ValueError("kv_cache_fraction must be in (0, 1]")
 
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
+QUANTIZATION_METHODS = ("int8",)
+"""Weight quantization methods (``layers/quantization.py``); vLLM's ``--quantization`` names."""
 MAX_DEFAULT_MODEL_LEN = 8192

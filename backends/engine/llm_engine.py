@@ -104,6 +104,7 @@ class LLMEngine:
             num_sliding_blocks=plan.sizes.num_sliding_blocks,
             block_size=config.block_size,
             sliding_window=plan.window,
+            quantization=config.quantization,
         )
         self.sampler = Sampler()
         self.requests: dict[str, _Request] = {}

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from backends.engine.layers.attention import AttentionMetadata, PrefillChunk
+from backends.engine.layers.linear import MergedLinear
 from backends.engine.model_config import FULL, SLIDING
 from backends.engine.models.llama import LlamaAttention, LlamaForCausalLM
 from backends.engine.scheduler import ScheduledSeq
@@ -28,7 +29,8 @@ class ModelRunner:
     ``sliding_window``: the window of the sliding layers (None: full attention everywhere). Which
     layers slide comes from ``model.config.layer_types``: all of them when it names none.
     ``num_sliding_blocks``: the sliding layers' own pool (two KV groups); None puts every layer's K/V
-    in the one pool of ``num_blocks``."""
+    in the one pool of ``num_blocks``.
+    ``quantization``: "int8" turns the decoder's GEMM weights to int8 (``quantize_linears``)."""
 
     def __init__(
         self,
@@ -38,8 +40,11 @@ class ModelRunner:
         block_size: int,
         sliding_window: int | None = None,
         num_sliding_blocks: int | None = None,
+        quantization: str | None = None,
     ) -> None:
         self.model = model
+        self.weight_bytes = quantize_linears(model) if quantization == "int8" else None
+        """GEMM weight bytes before and after int8 quantization; None when not quantized."""
         self.block_size = block_size
         self.sliding_window = sliding_window
         self.num_blocks = num_blocks
@@ -187,6 +192,26 @@ class ModelRunner:
         max_blocks = -(-max(lens) // self.block_size)
         padded = [t[:max_blocks] + [t[0]] * (max_blocks - min(len(t), max_blocks)) for t in tables]
         return torch.tensor(padded, dtype=torch.long, device=self.device)
+
+
+@dataclass(frozen=True, slots=True)
+class WeightBytes:
+    """Bytes of the quantized GEMM weights in their float dtype, and as int8 plus scales."""
+
+    float_bytes: int
+    int8_bytes: int
+
+
+def quantize_linears(model: LlamaForCausalLM) -> WeightBytes:
+    """Every decoder GEMM (q|k|v, o, gate|up, down) to per-output-channel int8; the LM head (which
+    may be the tied embedding) stays as it is."""
+    float_bytes = int8_bytes = 0
+    for module in model.modules():
+        if isinstance(module, MergedLinear) and module is not model.lm_head and not module.is_int8:
+            weight = module.dense_weight()
+            float_bytes += weight.numel() * weight.element_size()
+            int8_bytes += module.quantize_int8()
+    return WeightBytes(float_bytes, int8_bytes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from backends.engine.kernels import cpu_kernels_enabled
+from backends.engine.layers.quantization import Int8Weight
 
 
 class MergedLinear(nn.Module):
@@ -26,11 +27,12 @@ class MergedLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(total, in_features), requires_grad=False)
         self.bias = nn.Parameter(torch.zeros(total), requires_grad=False) if bias else None
         self._packed: torch.Tensor | None = None
+        self._int8: Int8Weight | None = None
 
     def load_shard(self, shard: int, name: str, tensor: torch.Tensor) -> None:
         """Copy one checkpoint matrix (``name`` is "weight" or "bias") into its rows."""
-        if self._packed is not None:
-            raise RuntimeError("weights are packed: load before prepack()")
+        if self._packed is not None or self._int8 is not None:
+            raise RuntimeError("weights are packed: load before prepack() or quantize_int8()")
         start = sum(self.out_sizes[:shard])
         param = self.weight if name == "weight" else self.bias
         assert param is not None, f"{name} given for a layer without it"
@@ -57,13 +59,30 @@ class MergedLinear(nn.Module):
             self.weight.data = torch.empty(0, dtype=weight.dtype, device=weight.device)
         return True
 
+    def quantize_int8(self) -> int:
+        """Replace W (dense or packed) by per-output-channel int8 with bf16 scales; returns the bytes of
+        the int8 weight and its scales. The dense and packed copies are released."""
+        if self._int8 is None:
+            self._int8 = Int8Weight(self.dense_weight(), self.bias)
+            self._packed = None
+            self.weight.data = torch.empty(0, dtype=self.weight.dtype, device=self.weight.device)
+        return self._int8.num_weight_bytes
+
+    @property
+    def is_int8(self) -> bool:
+        return self._int8 is not None
+
     def dense_weight(self) -> torch.Tensor:
-        """W as [out, in], packed or not."""
+        """W as [out, in], packed or not (dequantized, in fp32, when int8)."""
+        if self._int8 is not None:
+            return self._int8.dequantized()
         if self._packed is not None and self.weight.numel() == 0:
             return self._packed.to_dense()
         return self.weight.data
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._int8 is not None:
+            return self._int8.matmul(x)
         if self._packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)

@@ -1,0 +1,51 @@
+"""The quality gate of ``--quantization int8``: perplexity of the real SmolLM2-135M on a fixed public-domain
+text (Pride and Prejudice, chapter 1) within 1% of fp32 (slow: ~20 s)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from backends.engine.config import EngineConfig
+from backends.engine.layers.attention import AttentionMetadata, PrefillChunk
+from backends.engine.llm_engine import LLMEngine
+from backends.engine.model_runner import quantize_linears
+
+pytestmark = pytest.mark.slow
+
+TEXT = Path(__file__).parent / "data" / "pride_and_prejudice_ch1.txt"
+
+
+def perplexity(engine: LLMEngine, token_ids: list[int]) -> float:
+    """exp(mean next-token NLL) over the text, as one prefill of the whole sequence."""
+    n = len(token_ids)
+    meta = AttentionMetadata(slot_mapping=torch.arange(n), block_size=engine.config.block_size)
+    meta.prefills.append(PrefillChunk(0, n, 0, None))
+    model = engine.runner.model
+    with torch.inference_mode():
+        hidden = model(torch.tensor(token_ids), torch.arange(n), meta)
+        logits = model.compute_logits(hidden).float()
+    nll = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(token_ids[1:]))
+    return math.exp(nll.item())
+
+
+def test_int8_perplexity_within_one_percent_of_fp32() -> None:
+    num_threads = torch.get_num_threads()
+    engine = LLMEngine(EngineConfig(model="smollm2-135m", kv_cache_bytes=64 << 20, device="cpu"))
+    try:
+        bos = engine.tokenizer.bos_token_id
+        assert bos is not None
+        token_ids = [bos, *engine.tokenizer.encode(TEXT.read_text())]
+        assert 1000 <= len(token_ids) <= 2048
+        fp32 = perplexity(engine, token_ids)
+        sizes = quantize_linears(engine.runner.model)
+        int8 = perplexity(engine, token_ids)
+    finally:
+        torch.set_num_threads(num_threads)
+    print(f"perplexity fp32 {fp32:.4f} int8 {int8:.4f}; GEMM weights {sizes}")
+    assert fp32 < 30  # the text is ordinary English: a broken model would be far above
+    assert sizes.int8_bytes < sizes.float_bytes / 3.9
+    assert abs(int8 - fp32) / fp32 < 0.01

@@ -254,6 +254,8 @@ def _render_error(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
 
 def _translate(exc: Exception) -> ServingError:
     if isinstance(exc, HTTPException):  # Litestar's own: unknown route, wrong method, body too large
-        return HTTPError(str(exc.detail), status_code=exc.status_code)
+        allow = (exc.headers or {}).get("allow")  # a 405 names the route's methods (RFC 9110)
+        headers = {"Allow": allow} if exc.status_code == 405 and allow else None
+        return HTTPError(str(exc.detail), status_code=exc.status_code, headers=headers)
     log.error("unhandled error", exc_info=exc)
     return ServingError("The server had an error while processing your request.")

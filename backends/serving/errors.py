@@ -85,8 +85,9 @@ class HTTPError(ServingError):
     type = "invalid_request_error"
     default_code: ClassVar[str | None] = None
 
-    def __init__(self, message: str, *, status_code: int) -> None:
-        super().__init__(message, status_code=status_code, code=_HTTP_CODES.get(status_code, "http_error"))
+    def __init__(self, message: str, *, status_code: int, headers: dict[str, str] | None = None) -> None:
+        code = _HTTP_CODES.get(status_code, "http_error")
+        super().__init__(message, status_code=status_code, code=code, headers=headers)
 
 
 class InvalidRequest(ServingError):

@@ -46,4 +46,7 @@ def test_unknown_model_is_404(client: openai.OpenAI, base_url: str) -> None:
 
 def test_unknown_route_and_method_are_openai_shaped(base_url: str) -> None:
     assert_error(httpx.get(f"{base_url}/v1/nothing"), 404)
-    assert_error(httpx.get(f"{base_url}/v1/chat/completions"), 405)
+    wrong = httpx.get(f"{base_url}/v1/chat/completions")
+    assert_error(wrong, 405)
+    allowed = {method.strip() for method in wrong.headers["allow"].split(",")}  # RFC 9110: a 405 names
+    assert "POST" in allowed and "GET" not in allowed  # the methods that work (Litestar adds OPTIONS)

@@ -1,0 +1,56 @@
+""".ci/run and the package metadata: what CI on a clean clone does first, and a build setuptools
+does not warn about."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+from setuptools.config.pyprojecttoml import apply_configuration
+from setuptools.dist import Distribution
+
+ROOT = Path(__file__).resolve().parents[1]
+CI = ROOT / ".ci" / "run"
+
+
+def _commands() -> list[str]:
+    """The lines of ``.ci/run`` that run something: comments and blank lines dropped."""
+    lines = (line.strip() for line in CI.read_text(encoding="utf-8").splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def test_ci_stops_at_the_first_failure() -> None:
+    assert "set -euo pipefail" in _commands()
+
+
+def test_ci_runs_the_linters_before_the_suite() -> None:
+    """The linters take a minute and the suite several: a style slip fails fast."""
+    commands = _commands()
+    assert "make lint" in commands and "make test" in commands
+    assert commands.index("make lint") < commands.index("make test")
+
+
+def test_the_prometheus_install_updates_the_lists_first_and_is_bounded() -> None:
+    """A fresh machine has no package lists: ``apt-get install`` alone fails there at once."""
+    script = CI.read_text(encoding="utf-8")
+    bounded = re.search(r"timeout (\d+) sh -c\s*\\?\s*'([^']*)'", script)
+    assert bounded is not None, "the apt-get step must run under timeout"
+    assert 0 < int(bounded.group(1)) <= 300
+    step = bounded.group(2)
+    assert "apt-get update" in step and "apt-get install" in step
+    assert step.index("apt-get update") < step.index("apt-get install")
+    assert "prometheus" in step
+    assert script.index("timeout") < script.index("make lint")  # before the linters and the suite
+
+
+def test_setuptools_reads_the_project_without_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``project.license`` as a table makes setuptools warn on every install; an SPDX string does not."""
+    monkeypatch.chdir(ROOT)  # the readme and package paths are relative to the project
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist = apply_configuration(Distribution(), ROOT / "pyproject.toml")
+    messages = [f"{w.category.__name__}: {w.message}" for w in caught]
+    assert not [m for m in messages if "setuptools" in m.lower() or "license" in m.lower()], messages
+    assert dist.metadata.name == "switchyard"

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from backends.engine.block_manager import BlockManager
 from backends.engine.config import EngineConfig
+from backends.engine.layers import kv_quant
 from backends.engine.model_config import ModelConfig
 from backends.engine.sequence import Sequence
 
@@ -176,7 +177,9 @@ def plan_kv_pools(
     max_model_len: int,
 ) -> KVPoolSizes:
     """Split ``budget_bytes`` between the pools; one pool unless ``window`` (the sliding layers', None
-    when nothing may be freed) frees the sliding layers of a model that also has full ones.
+    when nothing may be freed) frees the sliding layers of a model that also has full ones. An element
+    takes ``dtype_bytes`` (the model dtype's), or one byte plus a scale a row when ``config.kv_cache_dtype``
+    quantizes.
 
     Two groups start from the one-pool count (both pools as many blocks as one pool would have: a split
     proportional to each group's bytes per token), then the sliding pool is capped at what it can ever
@@ -185,7 +188,9 @@ def plan_kv_pools(
     No pool gets more blocks than every sequence at full length could use (they would only waste memory).
     """
     bs = config.block_size
-    layer_block_bytes = cfg.kv_bytes_per_token(dtype_bytes) // cfg.num_layers * bs
+    # K and V rows of every kv head, each with its scale when ``config.kv_cache_dtype`` quantizes
+    row = kv_quant.row_bytes(cfg.head_dim, dtype_bytes, config.kv_cache_dtype)
+    layer_block_bytes = 2 * cfg.num_kv_heads * row * bs
     max_blocks = config.max_num_seqs * -(-max_model_len // bs) * 2
     num_one_pool = min(budget_bytes // (cfg.num_layers * layer_block_bytes), max_blocks)
     num_sliding_layers = sum(cfg.is_sliding(i) for i in range(cfg.num_layers))

@@ -14,6 +14,7 @@ import torch
 
 from backends.engine.config import EngineConfig
 from backends.engine.kv_groups import KVPoolSizes, plan_kv_pools
+from backends.engine.layers import kv_quant
 from backends.engine.model_config import ModelConfig
 
 
@@ -57,6 +58,12 @@ def kv_pool_sizes(
         budget = int(free_bytes * config.kv_cache_fraction)
     dtype_bytes = torch.finfo(dtype).bits // 8
     return plan_kv_pools(cfg, config, budget, dtype_bytes, window, max_model_len)
+
+
+def kv_bytes_per_token(cfg: ModelConfig, dtype: torch.dtype, kv_cache_dtype: str = "auto") -> int:
+    """Bytes of K plus V for one token across all layers, the scales of a quantized cache included."""
+    row = kv_quant.row_bytes(cfg.head_dim, torch.finfo(dtype).bits // 8, kv_cache_dtype)
+    return 2 * cfg.num_layers * cfg.num_kv_heads * row
 
 
 def freeable_window(cfg: ModelConfig, max_model_len: int) -> int | None:

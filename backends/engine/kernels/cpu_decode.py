@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from backends.engine.kernels import KV_SCALE_BYTES as SCALE_BYTES
 from backends.engine.kernels import cpu_kernels_enabled
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,9 @@ FLAGS = (
 """Reassociation lets the dot products vectorise; no -ffast-math, whose crtfastmath would flip the whole
 process's denormal mode at load time."""
 DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+KV_DTYPES = {torch.int8: 1, torch.float8_e4m3fn: 2}
+"""Quantized caches the kernel reads in place (code times the row's scale, ``layers/kv_quant.py``); code 0
+is K/V in q's dtype."""
 BUILD_TIMEOUT_S = 120
 
 
@@ -57,7 +61,7 @@ class CpuDecodeKernel:
             *(ctypes.c_int,) * 6,
             ctypes.c_int64,
             ctypes.c_float,
-            *(ctypes.c_int,) * 3,
+            *(ctypes.c_int,) * 4,
         ]
         self._fn = fn
 
@@ -66,7 +70,7 @@ class CpuDecodeKernel:
         return (
             q.device.type == "cpu"
             and q.dtype in DTYPES
-            and k_cache.dtype == q.dtype
+            and (k_cache.dtype == q.dtype or k_cache.dtype in KV_DTYPES)
             and q.is_contiguous()
             and k_cache.is_contiguous()
         )
@@ -85,12 +89,16 @@ class CpuDecodeKernel:
     ) -> None:
         """q, out: [b, heads, dim]; caches: [kv_heads, slots, dim]; blocks: int64 [b, max_blocks];
         lens: int32 [b]; window: the query (at position lens - 1) sees keys in (lens - 1 - window,
-        lens - 1]; None: all."""
+        lens - 1]; None: all. A quantized cache's rows are [dim codes, 4-byte fp32 scale]."""
         num_seqs, num_heads, head_dim = q.shape
-        num_kv_heads, num_slots, _ = k_cache.shape
+        num_kv_heads, num_slots, width = k_cache.shape
         max_blocks = blocks.shape[1]
+        kv_dtype = KV_DTYPES.get(k_cache.dtype, 0)
         if not (
-            v_cache.is_contiguous()
+            v_cache.dtype == k_cache.dtype
+            and v_cache.shape == k_cache.shape
+            and width == head_dim + (SCALE_BYTES if kv_dtype else 0)
+            and v_cache.is_contiguous()
             and out.is_contiguous()
             and blocks.dtype == torch.int64
             and blocks.is_contiguous()
@@ -115,6 +123,7 @@ class CpuDecodeKernel:
             num_slots,
             scale,
             DTYPES[q.dtype],
+            kv_dtype,
             window or 0,
             torch.get_num_threads(),
         )

@@ -6,6 +6,10 @@
  * Work items are (sequence, kv head) pairs, split over num_threads pthreads. With window > 0 (sliding-window
  * attention) the query, at position L - 1, sees only the last min(L, window) keys; 0 means all L.
  *
+ * K/V elements are q's dtype (fp32 or bf16), or one-byte codes (int8, or fp8 e4m3fn) with each row's fp32
+ * scale in the 4 bytes after its head_dim codes (layers/kv_quant.py): a row is read once, turned into
+ * floats (code times scale) in a stack buffer, and used by every query head of its group.
+ *
  * Built on first use by backends/engine/kernels/cpu_decode.py with the host compiler; the torch path in
  * layers/attention.py is the reference it is tested against and the fallback where no compiler exists.
  */
@@ -21,6 +25,7 @@ typedef struct {
     const int32_t *lens;
     void *out;
     int num_seqs, max_blocks, num_heads, num_kv_heads, head_dim, block_size, max_len, is_bf16, window;
+    int kv_dtype; /* KV_AS_Q, KV_INT8 or KV_FP8 */
     int64_t num_slots;
     float scale;
     int begin, end;
@@ -39,6 +44,111 @@ static inline uint16_t f32_to_bf16(float f) { /* round to nearest even, as torch
     if ((bits & 0x7f800000u) == 0x7f800000u) return (uint16_t)(bits >> 16); /* inf / nan */
     bits += 0x7fffu + ((bits >> 16) & 1u);
     return (uint16_t)(bits >> 16);
+}
+
+enum { KV_AS_Q = 0, KV_INT8 = 1, KV_FP8 = 2 };
+#define SCALE_BYTES 4
+
+/* e4m3fn code to float, exactly and branch-free (vectorises): a normal rebuilt as fp32 bits (exponent
+ * bias 7 -> 127), a subnormal as m * 2^-9. The cache never holds NaN (quantizing clamps to +-448). */
+static inline float fp8_to_f32(uint8_t x) {
+    const uint32_t em = x & 0x7fu;
+    const uint32_t bits = ((uint32_t)(x & 0x80u) << 24) | ((em << 20) + (120u << 23));
+    float normal;
+    memcpy(&normal, &bits, 4);
+    const float sub = (x & 0x80u ? -0.001953125f : 0.001953125f) * (float)em;
+    return em >= 8 ? normal : sub;
+}
+
+/* Row `slot` of kv head h as D floats: in place for an fp32 cache, else converted into buf (codes times
+ * their scale when quantized). */
+static inline __attribute__((always_inline)) const float *kv_row(const Job *j, const void *cache, int h,
+                                                                 int64_t slot, float *buf, const int D) {
+    const int64_t row = (int64_t)h * j->num_slots + slot;
+    if (j->kv_dtype == KV_AS_Q && !j->is_bf16) return (const float *)cache + row * D;
+    if (j->kv_dtype == KV_AS_Q) {
+        const uint16_t *c = (const uint16_t *)cache + row * D;
+        for (int d = 0; d < D; d++) buf[d] = bf16_to_f32(c[d]);
+        return buf;
+    }
+    const uint8_t *c = (const uint8_t *)cache + row * (D + SCALE_BYTES);
+    float s;
+    memcpy(&s, c + D, 4);
+    if (j->kv_dtype == KV_INT8)
+        for (int d = 0; d < D; d++) buf[d] = s * (float)(int8_t)c[d];
+    else
+        for (int d = 0; d < D; d++) buf[d] = s * fp8_to_f32(c[d]);
+    return buf;
+}
+
+static inline float load_q(const Job *j, int64_t i) {
+    return j->is_bf16 ? bf16_to_f32(((const uint16_t *)j->q)[i]) : ((const float *)j->q)[i];
+}
+
+static inline void store_out(const Job *j, int64_t i, float o) {
+    if (j->is_bf16)
+        ((uint16_t *)j->out)[i] = f32_to_bf16(o);
+    else
+        ((float *)j->out)[i] = o;
+}
+
+/* dots[g] = q_g . row (qs: the group's G query rows), reading codes in place and applying their scale
+ * once at the end; float rows go through kv_row. */
+static inline __attribute__((always_inline)) void dot_row(const Job *j, const void *cache, int h, int64_t slot,
+                                                          const float *qs, float *dots, float *buf,
+                                                          const int D, const int G) {
+    const int64_t row = (int64_t)h * j->num_slots + slot;
+    const uint8_t *c = (const uint8_t *)cache + row * (D + SCALE_BYTES);
+    float s = 1.0f;
+    for (int g = 0; g < G; g++) dots[g] = 0.0f;
+    if (j->kv_dtype == KV_INT8) {
+        for (int d = 0; d < D; d++) {
+            const float k = (float)(int8_t)c[d];
+            for (int g = 0; g < G; g++) dots[g] += qs[g * D + d] * k;
+        }
+    } else if (j->kv_dtype == KV_FP8) {
+        for (int d = 0; d < D; d++) {
+            const float k = fp8_to_f32(c[d]);
+            for (int g = 0; g < G; g++) dots[g] += qs[g * D + d] * k;
+        }
+    } else {
+        const float *kp = kv_row(j, cache, h, slot, buf, D);
+        for (int d = 0; d < D; d++) {
+            const float k = kp[d];
+            for (int g = 0; g < G; g++) dots[g] += qs[g * D + d] * k;
+        }
+        return;
+    }
+    memcpy(&s, c + D, 4);
+    for (int g = 0; g < G; g++) dots[g] *= s;
+}
+
+/* acc[g] += p[g] * row for the group's G probabilities, codes read in place with their scale folded in. */
+static inline __attribute__((always_inline)) void add_row(const Job *j, const void *cache, int h, int64_t slot,
+                                                          const float *p, float *acc, float *buf, const int D,
+                                                          const int G) {
+    const int64_t row = (int64_t)h * j->num_slots + slot;
+    const uint8_t *c = (const uint8_t *)cache + row * (D + SCALE_BYTES);
+    float w[G], s = 1.0f;
+    if (j->kv_dtype != KV_AS_Q) memcpy(&s, c + D, 4);
+    for (int g = 0; g < G; g++) w[g] = p[g] * s;
+    if (j->kv_dtype == KV_INT8) {
+        for (int d = 0; d < D; d++) {
+            const float v = (float)(int8_t)c[d];
+            for (int g = 0; g < G; g++) acc[g * D + d] += w[g] * v;
+        }
+    } else if (j->kv_dtype == KV_FP8) {
+        for (int d = 0; d < D; d++) {
+            const float v = fp8_to_f32(c[d]);
+            for (int g = 0; g < G; g++) acc[g * D + d] += w[g] * v;
+        }
+    } else {
+        const float *vp = kv_row(j, cache, h, slot, buf, D);
+        for (int d = 0; d < D; d++) {
+            const float v = vp[d];
+            for (int g = 0; g < G; g++) acc[g * D + d] += w[g] * v;
+        }
+    }
 }
 
 /* exp(x) for x <= 0 (scores minus their max): Cephes' range reduction and polynomial, vectorisable. */
@@ -78,12 +188,12 @@ static inline __attribute__((always_inline)) void softmax_rows(float *scores, in
 #define MAX_GROUP 64
 #define MAX_DIM 512
 
-/* fp32 with the head size and group size known at compile time (instantiated below for the common
- * shapes): walks the block table block by block, and computes every query head of the group in the
- * same pass over a K or V row, so each row is read once and the loops vectorise over head_dim. */
-static inline __attribute__((always_inline)) void run_item_f32_fixed(const Job *j, int item, float *scores,
-                                                                     float *qs, float *acc, const int D,
-                                                                     const int G) {
+/* The head size and group size known at compile time (instantiated below for the common shapes): walks
+ * the block table block by block, and computes every query head of the group in the same pass over a K or
+ * V row, so each row is read (and converted) once and the loops vectorise over head_dim. */
+static inline __attribute__((always_inline)) void run_item_fixed(const Job *j, int item, float *scores,
+                                                                 float *qs, float *acc, const int D,
+                                                                 const int G) {
     const int nkv = j->num_kv_heads, bs = j->block_size;
     const int s = item / nkv, h = item % nkv;
     const int len = j->lens[s];
@@ -91,25 +201,17 @@ static inline __attribute__((always_inline)) void run_item_f32_fixed(const Job *
     const int L = len - start;
     const int first_block = start / bs;
     const int64_t qoff = ((int64_t)s * j->num_heads + (int64_t)h * G) * D;
-    const float *kbase = (const float *)j->k + (int64_t)h * j->num_slots * D;
-    const float *vbase = (const float *)j->v + (int64_t)h * j->num_slots * D;
     const int64_t *table = j->tables + (int64_t)s * j->max_blocks;
-    const float *q = (const float *)j->q + qoff;
-    for (int i = 0; i < G * D; i++) qs[i] = q[i] * j->scale;
+    float buf[D];
+    for (int i = 0; i < G * D; i++) qs[i] = load_q(j, qoff + i) * j->scale;
     const int num_blocks = (len + bs - 1) / bs;
     for (int b = first_block; b < num_blocks; b++) {
-        const float *kb = kbase + table[b] * bs * D;
         const int lo = b == first_block ? start - b * bs : 0;
         const int n = b == num_blocks - 1 ? len - b * bs : bs;
         const int base = b * bs - start; /* key t = b * bs + o has its score at t - start */
         for (int o = lo; o < n; o++) {
-            const float *kp = kb + (int64_t)o * D;
             float dots[G];
-            for (int g = 0; g < G; g++) dots[g] = 0.0f;
-            for (int d = 0; d < D; d++) {
-                const float k = kp[d];
-                for (int g = 0; g < G; g++) dots[g] += qs[g * D + d] * k;
-            }
+            dot_row(j, j->k, h, table[b] * bs + o, qs, dots, buf, D, G);
             for (int g = 0; g < G; g++) scores[g * L + base + o] = dots[g];
         }
     }
@@ -117,28 +219,22 @@ static inline __attribute__((always_inline)) void run_item_f32_fixed(const Job *
     softmax_rows(scores, L, G, inv_sum);
     for (int i = 0; i < G * D; i++) acc[i] = 0.0f;
     for (int b = first_block; b < num_blocks; b++) {
-        const float *vb = vbase + table[b] * bs * D;
         const int lo = b == first_block ? start - b * bs : 0;
         const int n = b == num_blocks - 1 ? len - b * bs : bs;
         const int base = b * bs - start;
         for (int o = lo; o < n; o++) {
-            const float *vp = vb + (int64_t)o * D;
             float p[G];
             for (int g = 0; g < G; g++) p[g] = scores[g * L + base + o];
-            for (int d = 0; d < D; d++) {
-                const float v = vp[d];
-                for (int g = 0; g < G; g++) acc[g * D + d] += p[g] * v;
-            }
+            add_row(j, j->v, h, table[b] * bs + o, p, acc, buf, D, G);
         }
     }
-    float *out = (float *)j->out + qoff;
     for (int g = 0; g < G; g++)
-        for (int d = 0; d < D; d++) out[g * D + d] = acc[g * D + d] * inv_sum[g];
+        for (int d = 0; d < D; d++) store_out(j, qoff + g * D + d, acc[g * D + d] * inv_sum[g]);
 }
 
 #define FIXED(D_, G_)                                                                                  \
-    static void run_item_f32_##D_##_##G_(const Job *j, int item, float *scores, float *qs, float *acc) { \
-        run_item_f32_fixed(j, item, scores, qs, acc, D_, G_);                                            \
+    static void run_item_##D_##_##G_(const Job *j, int item, float *scores, float *qs, float *acc) {     \
+        run_item_fixed(j, item, scores, qs, acc, D_, G_);                                                \
     }
 #define FIXED_GROUPS(D_) FIXED(D_, 1) FIXED(D_, 2) FIXED(D_, 3) FIXED(D_, 4) FIXED(D_, 5) FIXED(D_, 6) FIXED(D_, 7) FIXED(D_, 8)
 FIXED_GROUPS(32)
@@ -147,18 +243,18 @@ FIXED_GROUPS(128)
 
 typedef void (*ItemFn)(const Job *, int, float *, float *, float *);
 #define ROW(D_)                                                                                        \
-    {run_item_f32_##D_##_1, run_item_f32_##D_##_2, run_item_f32_##D_##_3, run_item_f32_##D_##_4,         \
-     run_item_f32_##D_##_5, run_item_f32_##D_##_6, run_item_f32_##D_##_7, run_item_f32_##D_##_8}
+    {run_item_##D_##_1, run_item_##D_##_2, run_item_##D_##_3, run_item_##D_##_4,                         \
+     run_item_##D_##_5, run_item_##D_##_6, run_item_##D_##_7, run_item_##D_##_8}
 static const ItemFn FIXED_FNS[3][8] = {ROW(32), ROW(64), ROW(128)};
 
 static ItemFn fixed_fn(const Job *j) {
     const int G = j->num_heads / j->num_kv_heads, D = j->head_dim;
-    if (j->is_bf16 || G < 1 || G > 8) return NULL;
+    if (G < 1 || G > 8) return NULL;
     const int row = D == 32 ? 0 : D == 64 ? 1 : D == 128 ? 2 : -1;
     return row < 0 ? NULL : FIXED_FNS[row][G - 1];
 }
 
-/* The general case: any head and group size, fp32 or bf16. */
+/* The general case: any head and group size. */
 static void run_item(const Job *j, int item, float *scores, float *qbuf, float *acc) {
     const int nkv = j->num_kv_heads, D = j->head_dim, bs = j->block_size;
     const int G = j->num_heads / nkv;
@@ -167,26 +263,19 @@ static void run_item(const Job *j, int item, float *scores, float *qbuf, float *
     const int start = j->window > 0 && len > j->window ? len - j->window : 0; /* first key in the window */
     const int L = len - start;
     const int64_t qoff = ((int64_t)s * j->num_heads + (int64_t)h * G) * D;
-    const int64_t head_base = (int64_t)h * j->num_slots * D;
     const int64_t *table = j->tables + (int64_t)s * j->max_blocks;
+    float buf[MAX_DIM];
 
-    for (int i = 0; i < G * D; i++)
-        qbuf[i] = j->is_bf16 ? bf16_to_f32(((const uint16_t *)j->q)[qoff + i]) : ((const float *)j->q)[qoff + i];
+    for (int i = 0; i < G * D; i++) qbuf[i] = load_q(j, qoff + i);
 
     /* scores[g * L + i] = q_g . k_(start + i) * scale */
     for (int i = 0; i < L; i++) {
         const int t = start + i;
-        const int64_t off = head_base + (table[t / bs] * bs + t % bs) * D;
+        const float *kp = kv_row(j, j->k, h, table[t / bs] * bs + t % bs, buf, D);
         for (int g = 0; g < G; g++) {
             const float *qg = qbuf + g * D;
             float dot = 0.0f;
-            if (j->is_bf16) {
-                const uint16_t *kp = (const uint16_t *)j->k + off;
-                for (int d = 0; d < D; d++) dot += qg[d] * bf16_to_f32(kp[d]);
-            } else {
-                const float *kp = (const float *)j->k + off;
-                for (int d = 0; d < D; d++) dot += qg[d] * kp[d];
-            }
+            for (int d = 0; d < D; d++) dot += qg[d] * kp[d];
             scores[g * L + i] = dot * j->scale;
         }
     }
@@ -195,27 +284,15 @@ static void run_item(const Job *j, int item, float *scores, float *qbuf, float *
     memset(acc, 0, sizeof(float) * G * D);
     for (int i = 0; i < L; i++) {
         const int t = start + i;
-        const int64_t off = head_base + (table[t / bs] * bs + t % bs) * D;
+        const float *vp = kv_row(j, j->v, h, table[t / bs] * bs + t % bs, buf, D);
         for (int g = 0; g < G; g++) {
             const float p = scores[g * L + i];
             float *ag = acc + g * D;
-            if (j->is_bf16) {
-                const uint16_t *vp = (const uint16_t *)j->v + off;
-                for (int d = 0; d < D; d++) ag[d] += p * bf16_to_f32(vp[d]);
-            } else {
-                const float *vp = (const float *)j->v + off;
-                for (int d = 0; d < D; d++) ag[d] += p * vp[d];
-            }
+            for (int d = 0; d < D; d++) ag[d] += p * vp[d];
         }
     }
     for (int g = 0; g < G; g++)
-        for (int d = 0; d < D; d++) {
-            const float o = acc[g * D + d] * inv_sum[g];
-            if (j->is_bf16)
-                ((uint16_t *)j->out)[qoff + g * D + d] = f32_to_bf16(o);
-            else
-                ((float *)j->out)[qoff + g * D + d] = o;
-        }
+        for (int d = 0; d < D; d++) store_out(j, qoff + g * D + d, acc[g * D + d] * inv_sum[g]);
 }
 
 static void *run_range(void *arg) {
@@ -243,7 +320,9 @@ static void *run_range(void *arg) {
 int paged_decode(const void *q, const void *k_cache, const void *v_cache, const int64_t *tables,
                  const int32_t *lens, void *out, int num_seqs, int max_blocks, int num_heads,
                  int num_kv_heads, int head_dim, int block_size, int64_t num_slots, float scale,
-                 int is_bf16, int window, int num_threads) {
+                 int is_bf16, int kv_dtype, int window, int num_threads) {
+    if (kv_dtype < KV_AS_Q || kv_dtype > KV_FP8 || (kv_dtype != KV_AS_Q && head_dim % SCALE_BYTES))
+        return -1;
     if (window < 0 || num_kv_heads <= 0 || num_heads % num_kv_heads || num_heads / num_kv_heads > MAX_GROUP ||
         head_dim > MAX_DIM || block_size <= 0 || num_seqs < 0)
         return -1;
@@ -256,7 +335,7 @@ int paged_decode(const void *q, const void *k_cache, const void *v_cache, const 
     if (num_threads < 1) num_threads = 1;
     if (num_threads > items) num_threads = items > 0 ? items : 1;
     Job base = {q, k_cache, v_cache, tables, lens, out, num_seqs, max_blocks, num_heads, num_kv_heads,
-                head_dim, block_size, max_len, is_bf16, window, num_slots, scale, 0, items};
+                head_dim, block_size, max_len, is_bf16, window, kv_dtype, num_slots, scale, 0, items};
     if (num_threads == 1) {
         run_range(&base);
         return 0;

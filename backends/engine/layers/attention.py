@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 import torch.nn.functional as F
 
+from backends.engine.layers import kv_quant
+
 if TYPE_CHECKING:
     from backends.engine.kernels.cpu_decode import CpuDecodeKernel
 
@@ -79,9 +81,10 @@ class AttentionMetadata:
 
 class AttentionBackend(Protocol):
     def cache_shape(
-        self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
+        self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int, kv_cache_dtype: str = "auto"
     ) -> tuple[int, ...]:
-        """The backend picks its KV layout (one tensor each for K and V, per layer)."""
+        """The backend picks its KV layout (one tensor each for K and V, per layer); ``kv_cache_dtype``
+        "int8" or "fp8" stores quantized rows (``kv_quant``)."""
         ...
 
     def forward(
@@ -102,7 +105,9 @@ class TorchPagedAttention:
     q: [T, num_heads, head_dim]; k, v: [T, num_kv_heads, head_dim].
     Cache layout: [num_kv_heads, num_slots, head_dim] (slot = block_id * block_size + offset), kv-head
     major so a gather of slots or whole blocks lands directly in the [kv, batch, length, dim] shape the
-    matmuls want, with no transposing copy.
+    matmuls want, with no transposing copy. With ``--kv-cache-dtype int8|fp8`` a row is head_dim one-byte
+    codes and their fp32 scale (``kv_quant``); the torch paths dequantize what they gather, the kernel
+    reads the codes in place.
 
     Decodes go to ``decode_kernel`` when one is given and supports the tensors (the CPU kernel reads K/V
     in place through the block table); the torch path gathers whole blocks, padded to the longest
@@ -113,9 +118,9 @@ class TorchPagedAttention:
         self.decode_kernel = decode_kernel
 
     def cache_shape(
-        self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
+        self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int, kv_cache_dtype: str = "auto"
     ) -> tuple[int, ...]:
-        return (num_kv_heads, num_blocks * block_size, head_dim)
+        return (num_kv_heads, num_blocks * block_size, kv_quant.row_width(head_dim, kv_cache_dtype))
 
     def forward(
         self,
@@ -127,8 +132,13 @@ class TorchPagedAttention:
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:
-        k_cache.index_copy_(1, meta.slot_mapping, k.transpose(0, 1))
-        v_cache.index_copy_(1, meta.slot_mapping, v.transpose(0, 1))
+        is_quantized = kv_quant.is_quantized(k_cache)
+        if is_quantized:  # codes and a scale per row; every read below dequantizes what it gathers
+            kv_quant.write(k_cache, meta.slot_mapping, k)
+            kv_quant.write(v_cache, meta.slot_mapping, v)
+        else:
+            k_cache.index_copy_(1, meta.slot_mapping, k.transpose(0, 1))
+            v_cache.index_copy_(1, meta.slot_mapping, v.transpose(0, 1))
         num_heads, num_kv_heads = q.shape[1], k.shape[1]
         out = torch.empty_like(q)
         d = meta.num_decode_tokens
@@ -148,8 +158,12 @@ class TorchPagedAttention:
                 vs = v[p.start : p.end].transpose(0, 1)
                 mask, causal = p.mask, p.mask is None
             else:  # later chunk or prefix hit: read the context through the block table
-                ks = k_cache.index_select(1, p.context_slots)
-                vs = v_cache.index_select(1, p.context_slots)
+                if is_quantized:
+                    ks = kv_quant.gather(k_cache, p.context_slots, q.dtype)
+                    vs = kv_quant.gather(v_cache, p.context_slots, q.dtype)
+                else:
+                    ks = k_cache.index_select(1, p.context_slots)
+                    vs = v_cache.index_select(1, p.context_slots)
                 mask, causal = p.mask, False
             o = F.scaled_dot_product_attention(
                 qs,
@@ -174,18 +188,24 @@ def _decode(
 ) -> torch.Tensor:
     """One query per sequence against its context; q heads grouped per kv head (GQA/MQA).
 
-    Whole blocks are gathered (one contiguous copy of block_size slots each) into [kv, b, L, d].
+    Whole blocks are gathered (one contiguous copy of block_size slots each) into [kv, b, L, d], and
+    dequantized there when the cache is quantized.
     """
     b, num_heads, head_dim = q.shape
-    num_kv_heads = k_cache.shape[0]
+    num_kv_heads, _, width = k_cache.shape  # width: head_dim, plus the scale's bytes when quantized
     group = num_heads // num_kv_heads
     padded_len = mask.shape[-1]
     block_size = padded_len // blocks.shape[1]
     flat_blocks = blocks.flatten()
-    keys = k_cache.view(num_kv_heads, -1, block_size * head_dim).index_select(1, flat_blocks)
-    values = v_cache.view(num_kv_heads, -1, block_size * head_dim).index_select(1, flat_blocks)
-    keys = keys.view(num_kv_heads, b, padded_len, head_dim)
-    values = values.view(num_kv_heads, b, padded_len, head_dim)
+    keys = k_cache.view(num_kv_heads, -1, block_size * width).index_select(1, flat_blocks)
+    values = v_cache.view(num_kv_heads, -1, block_size * width).index_select(1, flat_blocks)
+    keys = keys.view(num_kv_heads, b, padded_len, width)
+    values = values.view(num_kv_heads, b, padded_len, width)
+    if kv_quant.is_quantized(k_cache):
+        # the padding past each length is never-written memory: its codes or scale may decode to inf or
+        # NaN, which a zero probability would not cancel (0 * inf)
+        keys, values = kv_quant.dequantize(keys, q.dtype), kv_quant.dequantize(values, q.dtype)
+        values = values.masked_fill(~mask.view(1, b, padded_len, 1), 0.0)
     qg = q.view(b, num_kv_heads, group, head_dim).transpose(0, 1)  # [kv, b, group, d]
     scores = torch.matmul(qg, keys.transpose(-1, -2)) * scale  # [kv, b, group, L]
     scores = scores.masked_fill(~mask.view(1, b, 1, padded_len), float("-inf"))

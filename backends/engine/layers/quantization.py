@@ -1,48 +1,85 @@
-"""INT8 weights (``--quantization int8``): per-output-channel symmetric int8, scales from the float weight.
+"""Weight-only quantization of the decoder GEMMs, and the quantized blocks a checkpoint can hand over.
 
-The CPU kernel is torch's weight-only ``aten._weight_int8pack_mm(x, w_int8 [N, K], scales [N])``, run with
-bfloat16 activations and scales (with fp32 ones it takes a path about 5x slower). At SmolLM2-135M's shapes
-on an AVX-512 Zen 4 VM, with weights too big for the cache as in decode, it beat the fp32 oneDNN GEMM 3.5x
-at one row, tied at 16 rows, and lost 1.4-1.5x at 64-512 rows (prefill). fbgemm's dynamic int8 linear was
-faster at every size, but its per-tensor activation quantization raised SmolLM2's perplexity by half.
+Methods (``--quantization``): ``int8`` (``int8.py``, per output channel) and ``int4`` (``int4.py``, per
+group of 32 input columns, asymmetric). Both compute their weights at load from the float weights, except
+where a GGUF's GEMM weights are Q4_0 or Q4_1: the loader yields those as ``QuantizedTensor`` (the raw
+blocks, no float copy), ``MergedLinear.load_shard`` keeps them, and int4 packs the very values the file
+holds; any other use dequantizes them once, to the same floats the loader used to produce.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
 import torch
 
-
-def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(int8 [N, K], fp32 scales [N]) with ``weight ~= q * scales[:, None]``, symmetric per output row."""
-    w = weight.detach().float()
-    scales = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
-    q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
-    return q, scales
+GGUF_BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20}
+"""llama.cpp formats handed over as blocks: bytes per block of 32 weights (fp16 d, [fp16 m], 16 bytes of
+nibbles)."""
+DEQUANT_CHUNK_ELEMENTS = 1 << 22
+"""Weights dequantized at a time: bounds the temporaries beside the float result."""
 
 
-class Int8Weight:
-    """One linear layer's int8 weight [out, in] with bf16 row scales, and its bias."""
+@dataclass(frozen=True)
+class QuantizedTensor:
+    """A [rows, cols] weight as llama.cpp Q4_0 or Q4_1 blocks along each row, 32 input columns a block.
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        if weight.device.type != "cpu":
-            raise ValueError("int8 quantization runs on CPU only")
-        q, scales = quantize_int8(weight)
-        self.qweight = q.contiguous()
-        self.scales = scales.to(torch.bfloat16)
-        self.bias = bias
+    Q4_1 block: fp16 d, fp16 m, 16 bytes of 4-bit q: ``w = d * q + m``. Q4_0: fp16 d, 16 bytes:
+    ``w = d * (q - 8)``. Byte j of a block holds weight j (low nibble) and weight j + 16 (high). Rows are
+    whole blocks, so permuting rows (``unpermute_qk``) works on ``data`` as it is.
+    """
 
-    @property
-    def num_weight_bytes(self) -> int:
-        """Bytes of the int8 weight and its scales."""
-        return self.qweight.numel() + self.scales.numel() * self.scales.element_size()
+    GROUP_SIZE: ClassVar[int] = 32
 
-    def dequantized(self) -> torch.Tensor:
-        """W as [out, in] fp32 (int8 times its row scale)."""
-        return self.qweight.float() * self.scales.float()[:, None]
+    qtype: str
+    """"Q4_0" or "Q4_1"."""
+    shape: tuple[int, int]
+    data: np.ndarray
+    """uint8 [rows, cols // 32 * block bytes], typically a view of the GGUF's memory map."""
 
-    def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        """x W^T + b in x's dtype (the product computed from bf16 activations)."""
-        flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-        y = torch.ops.aten._weight_int8pack_mm(flat, self.qweight, self.scales)
-        y = y.to(x.dtype).reshape(*x.shape[:-1], y.shape[-1])
-        return y if self.bias is None else y + self.bias.to(y.dtype)
+    def __post_init__(self) -> None:
+        if self.qtype not in GGUF_BLOCK_BYTES:
+            raise ValueError(f"unsupported block format {self.qtype!r}")
+        rows, cols = self.shape
+        expected = (rows, cols // self.GROUP_SIZE * GGUF_BLOCK_BYTES[self.qtype])
+        if cols % self.GROUP_SIZE or self.data.dtype != np.uint8 or self.data.shape != expected:
+            raise ValueError(
+                f"{self.qtype} {self.shape}: expected uint8 blocks {expected}, got {self.data.shape}"
+            )
+
+    def to(self, dtype: torch.dtype) -> QuantizedTensor:
+        """Itself: a loader's cast of every tensor passes through; dequantizing writes the layer's dtype."""
+        del dtype
+        return self
+
+    def unpack(self, start: int = 0, end: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows [start, end) as (q uint8 [r, cols] in 0..15, d and m fp32 [r, cols // 32]) with
+        ``w = d * q + m`` per block (Q4_0: ``m = -8 d``, exact in fp32)."""
+        blocks = self.data[start:end]
+        rows, cols = blocks.shape[0], self.shape[1]
+        blocks = blocks.reshape(rows, cols // self.GROUP_SIZE, GGUF_BLOCK_BYTES[self.qtype])
+        d = _fp16(blocks[..., 0:2])
+        if self.qtype == "Q4_1":
+            m, nibbles = _fp16(blocks[..., 2:4]), blocks[..., 4:]
+        else:
+            m, nibbles = d * np.float32(-8.0), blocks[..., 2:]
+        q = np.concatenate([nibbles & np.uint8(0x0F), nibbles >> np.uint8(4)], axis=-1)
+        return q.reshape(rows, cols), d, m
+
+    def dequantize(self) -> torch.Tensor:
+        """fp32 [rows, cols], bit for bit what ``gguf.quants.dequantize`` gives (``d * q + m`` in fp32)."""
+        rows, cols = self.shape
+        out = np.empty((rows, cols), dtype=np.float32)
+        step = max(1, DEQUANT_CHUNK_ELEMENTS // cols)
+        for start in range(0, rows, step):
+            q, d, m = self.unpack(start, start + step)
+            groups = q.reshape(q.shape[0], -1, self.GROUP_SIZE).astype(np.float32)
+            out[start : start + step] = (groups * d[..., None] + m[..., None]).reshape(q.shape)
+        return torch.from_numpy(out)
+
+
+def _fp16(pairs: np.ndarray) -> np.ndarray:
+    """[..., 2] little-endian byte pairs -> fp32 [...] through fp16."""
+    return np.ascontiguousarray(pairs).view(np.float16)[..., 0].astype(np.float32)

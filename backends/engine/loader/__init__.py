@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from backends.engine.errors import ModelLoadError
+from backends.engine.layers.quantization import QuantizedTensor
 from backends.engine.model_config import ModelConfig
 from backends.engine.tokenizer import Tokenizer
 
@@ -31,8 +32,9 @@ of Use (``data/GEMMA_TERMS.html`` in the package)."""
 class LoadedModel:
     model_config: ModelConfig
     tokenizer: Tokenizer
-    weights: Iterable[tuple[str, torch.Tensor]]
-    """Hugging Face tensor names (``model.layers.0.self_attn.q_proj.weight``), any float dtype."""
+    weights: Iterable[tuple[str, torch.Tensor | QuantizedTensor]]
+    """Hugging Face tensor names (``model.layers.0.self_attn.q_proj.weight``), any float dtype; a GGUF's
+    Q4_0 / Q4_1 GEMM weights as their blocks (``QuantizedTensor``)."""
     served_name: str
 
 

@@ -1,5 +1,9 @@
 """Load a llama.cpp GGUF file: metadata -> ModelConfig, tokenizer, tensors dequantised to HF names.
 
+Decoder GEMM weights stored as Q4_0 or Q4_1 are not dequantised: they go out as ``QuantizedTensor`` (the
+blocks, rows unpermuted like any other q/k weight), which ``MergedLinear`` packs for int4 as they are, or
+dequantises to the same floats as here.
+
 Architectures: ``llama`` (SmolLM2...), ``qwen2`` and ``gemma3``. llama.cpp stores a llama's q and k rows
 permuted for its interleaved RoPE; ``unpermute_qk`` restores the Hugging Face (rotate-half) order. Its
 Gemma converter permutes nothing but stores every norm weight plus one (llama.cpp multiplies by the
@@ -18,6 +22,7 @@ import numpy as np
 import torch
 
 from backends.engine.errors import ModelLoadError
+from backends.engine.layers.quantization import GGUF_BLOCK_BYTES, QuantizedTensor
 from backends.engine.loader import LoadedModel
 from backends.engine.loader.gguf_file import GGUFFile, read_gguf
 from backends.engine.loader.gguf_tokenizer import gguf_tokenizer
@@ -55,6 +60,10 @@ _GLOBAL_NAMES = {
     "output.weight": "lm_head.weight",
 }
 _BLOCK = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+_GEMM_WEIGHTS = tuple(
+    f"{g}.weight" for g in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+)
+"""The weights that may go out as blocks: every decoder GEMM's (never the embeddings or LM head)."""
 
 
 def load_gguf(path: str | Path, *, served_name: str) -> LoadedModel:
@@ -117,7 +126,7 @@ def _model_config(meta: dict[str, Any], arch: str, gguf: GGUFFile) -> ModelConfi
     )
 
 
-def _iter_tensors(gguf: GGUFFile, cfg: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
+def _iter_tensors(gguf: GGUFFile, cfg: ModelConfig) -> Iterator[tuple[str, torch.Tensor | QuantizedTensor]]:
     is_gemma = cfg.architecture == "Gemma3ForCausalLM"
     layer_names = _GEMMA3_LAYER_NAMES if is_gemma else _LAYER_NAMES
     for t in gguf.tensors:
@@ -130,7 +139,8 @@ def _iter_tensors(gguf: GGUFFile, cfg: ModelConfig) -> Iterator[tuple[str, torch
             if m is None or m.group(2) not in layer_names:
                 raise ModelLoadError(f"unexpected GGUF tensor {t.name!r}")
             name = f"model.layers.{m.group(1)}.{layer_names[m.group(2)]}.{m.group(3)}"
-        w = t.dequantize()
+        as_blocks = t.qtype.name in GGUF_BLOCK_BYTES and name.endswith(_GEMM_WEIGHTS)
+        w = t.data if as_blocks else t.dequantize()  # blocks: [rows, bytes], whole rows, so they permute
         if cfg.architecture == "LlamaForCausalLM":
             if name.endswith("q_proj.weight") or name.endswith("q_proj.bias"):
                 w = unpermute_qk(w, cfg.num_heads)
@@ -138,4 +148,8 @@ def _iter_tensors(gguf: GGUFFile, cfg: ModelConfig) -> Iterator[tuple[str, torch
                 w = unpermute_qk(w, cfg.num_kv_heads)
         elif is_gemma and name.endswith("norm.weight"):
             w -= 1.0
+        if as_blocks:
+            rows, cols = t.shape
+            yield name, QuantizedTensor(t.qtype.name, (rows, cols), w)
+            continue
         yield name, torch.from_numpy(np.require(w, dtype=np.float32, requirements=["C", "W"]))

@@ -15,6 +15,7 @@ from backends.engine.layers.activation import gated_activation
 from backends.engine.layers.attention import AttentionBackend, AttentionMetadata, default_backend
 from backends.engine.layers.linear import MergedLinear
 from backends.engine.layers.norm import RMSNorm
+from backends.engine.layers.quantization import QuantizedTensor
 from backends.engine.layers.rotary import RotaryEmbedding
 from backends.engine.model_config import ModelConfig
 
@@ -159,8 +160,9 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden)
 
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy HF-named tensors (``model.layers.0.self_attn.q_proj.weight``...) into the merged layers."""
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor | QuantizedTensor]]) -> None:
+        """Copy HF-named tensors (``model.layers.0.self_attn.q_proj.weight``...) into the merged layers,
+        which keep GGUF blocks as they are (``MergedLinear.load_shard``)."""
         params = dict(self.named_parameters())
         loaded: set[str] = set()
         for hf_name, tensor in weights:
@@ -180,6 +182,8 @@ class LlamaForCausalLM(nn.Module):
                 continue
             if name not in params:
                 raise KeyError(f"unexpected weight {hf_name!r}")
+            if isinstance(tensor, QuantizedTensor):  # only merged layers keep blocks
+                tensor = tensor.dequantize()
             if params[name].shape != tensor.shape:
                 raise ValueError(
                     f"{hf_name}: expected {tuple(params[name].shape)}, got {tuple(tensor.shape)}"

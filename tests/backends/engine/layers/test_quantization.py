@@ -1,158 +1,141 @@
-"""INT8 weights: per-channel quantization, the quantized MergedLinear against fp32, the model-level pass, and
-the config's validation."""
+"""GGUF Q4_0 / Q4_1 blocks handed to the layers (``QuantizedTensor``): their floats are gguf's own, and
+int4 packs their 4-bit values as they are, to the same weights as the float path up to the bf16 rounding
+of the scales and zeros."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any, cast
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from gguf.constants import GGMLQuantizationType
+from gguf.quants import dequantize, quantize
 
-from backends.engine.config import EngineConfig
+from backends.engine.layers.int4 import Int4Weight
 from backends.engine.layers.linear import MergedLinear
-from backends.engine.layers.quantization import Int8Weight, quantize_int8
-from backends.engine.model_runner import ModelRunner, quantize_linears
-from backends.engine.sampling_params import SamplingParams
-from tests.backends.engine.conftest import EngineFactory
+from backends.engine.layers.quantization import QuantizedTensor
+from backends.engine.model_runner import prepare_linears
 
-IN_FEATURES, OUT_SIZES = 64, [48, 16, 16]
+IN_FEATURES, OUT_SIZES = 96, [64, 32, 32]
+Q4 = [GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1]
 
 
-def _layer(*, bias: bool = False, dtype: torch.dtype = torch.float32) -> MergedLinear:
-    gen = torch.Generator().manual_seed(0)
+def _blocks(rows: int, qtype: GGMLQuantizationType, seed: int) -> tuple[QuantizedTensor, torch.Tensor]:
+    """Random weights quantized by gguf's reference code, and the floats they dequantize to."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((rows, IN_FEATURES)) * 0.05 + rng.uniform(-0.05, 0.05, (rows, 1))).astype(
+        np.float32
+    )
+    raw = quantize(w, qtype)
+    return QuantizedTensor(qtype.name, (rows, IN_FEATURES), raw), torch.from_numpy(dequantize(raw, qtype))
+
+
+def _bf16_exact_blocks(rows: int, qtype: GGMLQuantizationType, seed: int) -> QuantizedTensor:
+    """Blocks whose d, and m + 8 d, are bf16 numbers: the int4 path then holds the very same weights."""
+    rng = np.random.default_rng(seed)
+    groups = rows * IN_FEATURES // 32
+    d = (rng.integers(1, 16, groups) * 2.0**-9).astype(np.float16)
+    q = rng.integers(0, 16, (groups, 32)).astype(np.uint8)
+    nibbles = q[:, :16] | (q[:, 16:] << 4)
+    parts = [d.reshape(-1, 1).view(np.uint8)]
+    if qtype == GGMLQuantizationType.Q4_1:
+        m = (-8.0 * d.astype(np.float32) + rng.integers(-8, 8, groups) * 2.0**-8).astype(np.float16)
+        parts.append(m.reshape(-1, 1).view(np.uint8))
+    raw = np.concatenate([*parts, nibbles], axis=1).reshape(rows, -1)
+    return QuantizedTensor(qtype.name, (rows, IN_FEATURES), raw)
+
+
+@pytest.mark.parametrize("qtype", Q4)
+def test_dequantize_is_gguf_bit_for_bit(qtype: GGMLQuantizationType) -> None:
+    blocks, ref = _blocks(40, qtype, seed=0)
+    assert torch.equal(blocks.dequantize(), ref)
+    assert blocks.to(torch.bfloat16) is blocks  # the engine's cast passes through
+
+
+def test_malformed_blocks_are_refused() -> None:
+    with pytest.raises(ValueError, match="Q4_1"):
+        QuantizedTensor("Q4_1", (2, 64), np.zeros((2, 36), dtype=np.uint8))  # Q4_0's 18 bytes a block
+    with pytest.raises(ValueError, match="Q8_0"):
+        QuantizedTensor("Q8_0", (2, 64), np.zeros((2, 68), dtype=np.uint8))
+
+
+@pytest.mark.parametrize("qtype", Q4)
+def test_int4_from_blocks_holds_the_files_weights(qtype: GGMLQuantizationType) -> None:
+    blocks = _bf16_exact_blocks(48, qtype, seed=1)
+    assert torch.equal(Int4Weight.from_blocks([blocks], None).dequantized(), blocks.dequantize())
+    # any scales: the same weights up to the bf16 rounding of d (8 of its 11 bits) and of m + 8 d
+    blocks, ref = _blocks(48, qtype, seed=2)
+    step = ref.reshape(48, -1, 32).amax(-1) - ref.reshape(48, -1, 32).amin(-1)
+    error = (Int4Weight.from_blocks([blocks], None).dequantized() - ref).reshape(48, -1, 32).abs().amax(-1)
+    assert torch.all(error <= step * 2**-7 + ref.abs().reshape(48, -1, 32).amax(-1) * 2**-8 + 1e-7)
+
+
+def _merged(qtypes: list[GGMLQuantizationType], *, bias: bool = False) -> tuple[MergedLinear, torch.Tensor]:
     layer = MergedLinear(IN_FEATURES, OUT_SIZES, bias=bias)
-    for shard, rows in enumerate(OUT_SIZES):
-        # one row with an outlier: per-channel scales keep the other rows fine
-        layer.load_shard(shard, "weight", torch.randn(rows, IN_FEATURES, generator=gen) * (0.1 + shard))
+    floats = []
+    for shard, (rows, qtype) in enumerate(zip(OUT_SIZES, qtypes, strict=True)):
+        blocks = _bf16_exact_blocks(rows, qtype, seed=10 + shard)
+        layer.load_shard(shard, "weight", blocks)
+        floats.append(blocks.dequantize())
         if bias:
-            layer.load_shard(shard, "bias", torch.randn(rows, generator=gen))
-    return layer.to(dtype)
+            layer.load_shard(shard, "bias", torch.full((rows,), 0.5))
+    return layer, torch.cat(floats)
 
 
-def _rel_error(got: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((got.float() - ref.float()).norm() / ref.float().norm())
+@pytest.mark.parametrize("qtypes", [[Q4[1]] * 3, [Q4[1], Q4[0], Q4[1]]])
+def test_merged_layer_packs_blocks_without_a_float_copy(qtypes: list[GGMLQuantizationType]) -> None:
+    layer, ref = _merged(qtypes, bias=True)
+    assert layer.prepack(batch_hint=16)  # deferred: the blocks are not dequantized for it
+    num_bytes = layer.quantize_int4()
+    assert layer.is_int4 and layer.weight.numel() == 0
+    assert num_bytes == ref.numel() // 2 + ref.numel() // 32 * 4
+    assert torch.equal(layer.dense_weight(), ref)  # the file's weights, exactly
+    x = torch.randn(5, IN_FEATURES, generator=torch.Generator().manual_seed(3))
+    expected = F.linear(x.bfloat16().float(), ref, layer.bias)
+    assert float((layer(x) - expected).norm() / expected.norm()) < 2e-3
 
 
-def test_quantize_int8_is_symmetric_per_output_row() -> None:
-    weight = torch.randn(32, 16) * torch.linspace(0.01, 10, 32)[:, None]
-    q, scales = quantize_int8(weight)
-    assert q.dtype == torch.int8 and q.shape == (32, 16)
-    assert scales.dtype == torch.float32 and scales.shape == (32,)
-    # each row's largest weight maps to 127
-    assert torch.equal(q.abs().amax(dim=1), torch.full((32,), 127, dtype=torch.int8))
-    assert q.min() >= -127
-    error = (q.float() * scales[:, None] - weight).abs()
-    assert torch.all(error <= scales[:, None] / 2 + 1e-6)  # round to nearest: half a step at most
-
-
-def test_zero_row_gets_zero_weights() -> None:
-    weight = torch.zeros(4, 8)
-    weight[1] = 1.0
-    q, scales = quantize_int8(weight)
-    assert torch.all(q[0] == 0) and torch.isfinite(scales).all()
-
-
-@pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("num_rows", [1, 7, 64, 300])
-@pytest.mark.parametrize("prepacked", [False, True])
-def test_int8_forward_close_to_fp32(bias: bool, num_rows: int, prepacked: bool) -> None:
-    layer = _layer(bias=bias)
-    x = torch.randn(num_rows, IN_FEATURES, generator=torch.Generator().manual_seed(1))
-    ref = F.linear(x, layer.weight, layer.bias)
-    if prepacked:
-        layer.prepack(batch_hint=64)
-    num_bytes = layer.quantize_int8()
-
-    got = layer(x)
-    assert layer.is_int8
-    assert got.shape == (num_rows, sum(OUT_SIZES)) and got.dtype == torch.float32
-    assert _rel_error(got, ref) < 0.01  # int8 weights and bf16 activations: well under 1%
-    assert num_bytes == sum(OUT_SIZES) * IN_FEATURES + sum(OUT_SIZES) * 2
-    assert layer.weight.numel() == 0  # the float copy is released
-    assert layer.dense_weight().shape == (sum(OUT_SIZES), IN_FEATURES)
-
-
-def test_int8_keeps_leading_dims_and_bf16_activations() -> None:
-    layer = _layer(bias=True)
-    x = torch.randn(2, 3, IN_FEATURES, generator=torch.Generator().manual_seed(2))
-    ref = F.linear(x, layer.weight, layer.bias)
-    layer.quantize_int8()
-    assert layer(x).shape == (2, 3, sum(OUT_SIZES))
-    assert _rel_error(layer(x), ref) < 0.01
-    out_bf16 = layer(x.bfloat16())
-    assert out_bf16.dtype == torch.bfloat16 and _rel_error(out_bf16, ref) < 0.02
-
-
-def test_quantize_twice_is_a_no_op_and_loading_after_is_refused() -> None:
-    layer = _layer()
-    first = layer.quantize_int8()
-    x = torch.randn(3, IN_FEATURES)
-    before = layer(x)
-    assert layer.quantize_int8() == first
-    assert torch.equal(layer(x), before)
+def test_blocks_dequantize_once_on_any_other_use() -> None:
+    layer, ref = _merged([Q4[1]] * 3)
+    x = torch.randn(4, IN_FEATURES, generator=torch.Generator().manual_seed(4))
+    assert layer.prepack(batch_hint=16)
+    out = layer(x)  # the first forward dequantizes, then runs the deferred prepack
+    assert torch.allclose(out, x @ ref.t(), atol=1e-5)
+    assert torch.equal(layer.dense_weight(), ref)
     with pytest.raises(RuntimeError, match="packed"):
-        layer.load_shard(0, "weight", torch.zeros(48, IN_FEATURES))
+        layer.load_shard(0, "weight", torch.zeros(64, IN_FEATURES))
 
 
-def test_int8_weight_refuses_other_devices() -> None:
-    with pytest.raises(ValueError, match="CPU"):
-        Int8Weight(torch.zeros(2, 2, device="meta"), None)
+def test_runner_without_quantization_dequantizes_blocks_at_load() -> None:
+    """``prepare_linears(model, None)`` (the runner's start) leaves no block for the first step to undo."""
+    layer, ref = _merged([Q4[0]] * 3)
+    layer.prepack(batch_hint=16)
+    assert prepare_linears(cast(Any, torch.nn.Sequential(layer)), None) is None
+    assert not layer._blocks and not layer.is_quantized
+    assert torch.equal(layer.dense_weight(), ref)
 
 
-def test_config_validates_quantization() -> None:
-    assert EngineConfig(model="m").quantization is None
-    assert EngineConfig(model="m", quantization="int8").quantization == "int8"
-    for bad in ("int4", "INT8", "fp8", ""):
-        with pytest.raises(ValueError, match="quantization"):
-            EngineConfig(model="m", quantization=bad)
+def test_int8_and_mixed_shards_take_the_float_path() -> None:
+    layer, ref = _merged([Q4[1]] * 3)
+    layer.quantize_int8()
+    assert torch.allclose(layer.dense_weight(), ref, atol=float(ref.abs().max()) / 127)
+    mixed = MergedLinear(IN_FEATURES, OUT_SIZES)
+    floats = []
+    for shard, rows in enumerate(OUT_SIZES):
+        blocks = _bf16_exact_blocks(rows, Q4[1], seed=20 + shard)
+        floats.append(blocks.dequantize())
+        mixed.load_shard(shard, "weight", floats[-1] if shard == 1 else blocks)  # one shard as floats
+    mixed.quantize_int4()
+    error = (mixed.dense_weight() - torch.cat(floats)).abs().max()
+    assert 0 < error < 15 * 2**-9  # requantized from floats, within a block step: not the file's values
 
 
-def test_quantize_linears_skips_lm_head_and_shrinks_weights(make_engine: EngineFactory) -> None:
-    engine = make_engine()
-    model = engine.runner.model
-    linears = [m for m in model.modules() if isinstance(m, MergedLinear)]
-    float_bytes = sum(m.dense_weight().numel() * 4 for m in linears if m is not model.lm_head)
-
-    sizes = quantize_linears(model)
-    assert sizes.float_bytes == float_bytes
-    assert float_bytes / 4 < sizes.int8_bytes < float_bytes / 3.5  # int8 plus a bf16 scale per row
-    assert not model.lm_head.is_int8
-    assert all(m.is_int8 for m in linears if m is not model.lm_head)
-    assert quantize_linears(model).float_bytes == 0  # already done
-
-
-def test_runner_quantizes_when_asked(make_engine: EngineFactory) -> None:
-    engine = make_engine()
-    runner = ModelRunner(engine.runner.model, num_blocks=4, block_size=16, quantization="int8")
-    assert runner.weight_bytes is not None and runner.weight_bytes.int8_bytes > 0
-    assert engine.runner.weight_bytes is None
-
-
-def test_the_engine_config_flag_quantizes_the_model(make_engine: EngineFactory) -> None:
-    """``EngineConfig(quantization="int8")`` (the server's ``--quantization int8``) reaches the runner."""
-    engine = make_engine(quantization="int8")
-    model = engine.runner.model
-    assert engine.runner.weight_bytes is not None and engine.runner.weight_bytes.int8_bytes > 0
-    assert all(m.is_int8 for m in model.modules() if isinstance(m, MergedLinear) and m is not model.lm_head)
-    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
-    assert len(engine.generate([[5, 9, 2, 7]], params)[0].outputs[0].token_ids) == 4
-
-
-def test_data_file_is_shipped() -> None:
-    text = (Path(__file__).parents[1] / "data" / "pride_and_prejudice_ch1.txt").read_text()
-    assert text.startswith("PRIDE AND PREJUDICE") and "public domain" in text
-
-
-def test_quantized_engine_generates_close_to_fp32(make_engine: EngineFactory) -> None:
-    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=0)
-    prompt = [5, 9, 2, 7, 11, 3]
-    fp32, int8 = make_engine(), make_engine()
-    quantize_linears(int8.runner.model)
-    ref = fp32.generate([prompt], params)[0].outputs[0]
-    got = int8.generate([prompt], params)[0].outputs[0]
-    assert len(got.token_ids) == 6
-    ref_lp = [chosen.logprob for chosen, _ in ref.logprobs or []]
-    got_lp = [chosen.logprob for chosen, _ in got.logprobs or []]
-    assert got.token_ids[0] == ref.token_ids[0]
-    assert got_lp[0] == pytest.approx(ref_lp[0], abs=0.05)
+def test_blocks_are_weights_of_the_right_shape() -> None:
+    layer = MergedLinear(IN_FEATURES, OUT_SIZES, bias=True)
+    blocks = _bf16_exact_blocks(32, Q4[0], seed=5)
+    with pytest.raises(ValueError, match="expected"):
+        layer.load_shard(0, "weight", blocks)  # shard 0 has 64 rows
+    with pytest.raises(ValueError, match="only weights"):
+        layer.load_shard(1, "bias", blocks)

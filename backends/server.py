@@ -47,9 +47,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--quantization",
         default=None,
-        choices=("int8",),
-        help="int8: per-channel int8 weights for the decoder GEMMs (CPU; LM head and embeddings stay float)",
+        choices=("int8", "int4"),
+        help="int8: per-channel int8 weights for the decoder GEMMs; int4: grouped int4 weights "
+        "(CPU; LM head and embeddings stay float)",
     )
+    parser.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=("auto", "int8", "fp8"),
+        help="KV-cache storage: auto (the model dtype), int8 (per token-head scales) or fp8 (e4m3)",
+    )
+    parser.add_argument(
+        "--speculative-method",
+        default=None,
+        choices=("ngram", "draft"),
+        help="speculative decoding: ngram (prompt lookup) or draft (--speculative-model proposes)",
+    )
+    parser.add_argument("--num-speculative-tokens", type=int, default=4)
+    parser.add_argument("--speculative-model", default=None, help="the draft model's source")
+    parser.add_argument("--ngram-prompt-lookup-max", type=int, default=4)
+    parser.add_argument("--ngram-prompt-lookup-min", type=int, default=1)
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument("--max-model-len", type=int, default=None)
@@ -128,6 +145,12 @@ def build_engine(
         dtype=args.dtype,
         device=args.device,
         quantization=args.quantization,
+        kv_cache_dtype=args.kv_cache_dtype,
+        speculative_method=args.speculative_method,
+        num_speculative_tokens=args.num_speculative_tokens,
+        speculative_model=args.speculative_model,
+        ngram_prompt_lookup_max=args.ngram_prompt_lookup_max,
+        ngram_prompt_lookup_min=args.ngram_prompt_lookup_min,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.max_model_len,

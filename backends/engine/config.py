@@ -39,9 +39,29 @@ class EngineConfig:
     from the sliding layers' own pool when the model also has full layers (two KV groups). False keeps
     one pool and every block, to measure the saving."""
     quantization: str | None = None
-    """None (weights in ``dtype``) or "int8": every decoder GEMM (q|k|v, o, gate|up, down) gets
-    per-output-channel symmetric int8 weights with fp32 scales, computed at load from the float weights
-    (CPU only; the embeddings and LM head stay in ``dtype``)."""
+    """None (weights in ``dtype``), "int8" or "int4": every decoder GEMM (q|k|v, o, gate|up, down) gets
+    weight-only quantized weights computed at load from the float weights (int8: per output channel;
+    int4: per group of input columns), CPU only; the embeddings and LM head stay in ``dtype``."""
+    kv_cache_dtype: str = "auto"
+    """"auto" stores K/V in ``dtype``; "int8" (per token and head scales) or "fp8" (``float8_e4m3fn``)
+    store them in one byte per element, so the same KV budget holds more tokens."""
+    speculative_method: str | None = None
+    """None, "ngram" (prompt lookup: propose the tokens that followed the last n-gram's earlier
+    occurrence) or "draft" (a smaller model, ``speculative_model``, proposes)."""
+    num_speculative_tokens: int = 4
+    """Tokens proposed per sequence per step when ``speculative_method`` is set."""
+    speculative_model: str | None = None
+    """The draft model's source (as ``model``) for ``speculative_method="draft"``."""
+    speculative_quantization: str | None = None
+    """Weight quantization of the draft model (as ``quantization``): a quantized copy of the target is
+    a cheap draft that agrees with it often."""
+    speculative_max_batch: int | None = None
+    """Speculate only in steps with fewer running sequences than this (None: always): a big batch is
+    compute-bound, where verifying proposals costs more than the decodes it saves."""
+    ngram_prompt_lookup_max: int = 4
+    """Longest n-gram the ngram proposer matches (then shorter ones, down to ``ngram_prompt_lookup_min``)."""
+    ngram_prompt_lookup_min: int = 1
+    """Shortest n-gram the ngram proposer matches."""
     num_threads: int | None = None
     """torch intra-op threads on CPU; default the number of usable cores."""
     seed: int = 0
@@ -58,9 +78,27 @@ class EngineConfig:
             raise ValueError(f"quantization must be None or one of {list(QUANTIZATION_METHODS)}")
         if not 0.0 < self.kv_cache_fraction <= 1.0:
             raise ValueError("kv_cache_fraction must be in (0, 1]")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {list(KV_CACHE_DTYPES)}")
+        if self.speculative_method is not None:
+            if self.speculative_method not in SPECULATIVE_METHODS:
+                raise ValueError(f"speculative_method must be None or one of {list(SPECULATIVE_METHODS)}")
+            if self.num_speculative_tokens < 1:
+                raise ValueError("num_speculative_tokens must be >= 1")
+            if self.speculative_quantization not in (None, *QUANTIZATION_METHODS):
+                methods = list(QUANTIZATION_METHODS)
+                raise ValueError(f"speculative_quantization must be None or one of {methods}")
+            if self.speculative_method == "draft" and not self.speculative_model:
+                raise ValueError('speculative_method "draft" needs speculative_model')
+            if not 1 <= self.ngram_prompt_lookup_min <= self.ngram_prompt_lookup_max:
+                raise ValueError("need 1 <= ngram_prompt_lookup_min <= ngram_prompt_lookup_max")
 
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
-QUANTIZATION_METHODS = ("int8",)
+QUANTIZATION_METHODS = ("int8", "int4")
 """Weight quantization methods (``layers/quantization.py``); vLLM's ``--quantization`` names."""
+KV_CACHE_DTYPES = ("auto", "int8", "fp8")
+"""KV-cache storage (vLLM's ``--kv-cache-dtype`` names; "fp8" is ``float8_e4m3fn``)."""
+SPECULATIVE_METHODS = ("ngram", "draft")
+"""Speculative decoding proposers (vLLM's ``ngram``; "draft" is a smaller model)."""
 MAX_DEFAULT_MODEL_LEN = 8192

@@ -22,12 +22,13 @@ from backends.engine.kv_groups import KVBlocks, build_kv_blocks
 from backends.engine.kv_sizing import plan_kv_cache
 from backends.engine.loader import LoadedModel, ModelLoader, load_model
 from backends.engine.model_runner import ModelRunner
-from backends.engine.models import build_model
+from backends.engine.models import instantiate
 from backends.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from backends.engine.sampler import Sampler, SampleResult
 from backends.engine.sampling_params import SamplingParams
 from backends.engine.scheduler import Scheduler, SchedulerOutput
 from backends.engine.sequence import Sequence, SequenceStatus
+from backends.engine.spec_decode import SpecDecodeStats, build_proposer, verify
 from backends.engine.stats import EngineStats
 from backends.engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
@@ -68,12 +69,11 @@ class LLMEngine:
         )
         cfg.check_servable(self.max_model_len)  # before the weights: refuse fast, never serve wrong output
         dtype = DTYPES[config.dtype]
-        with torch.device(self.device):
-            model = build_model(cfg, max_position=max(self.max_model_len, cfg.max_position_embeddings))
-        model.to(dtype=dtype)
-        model.load_weights((name, t.to(dtype)) for name, t in loaded.weights)
-        model.eval()
-        model.prepack(config.max_num_seqs)  # decode-sized batches are the common step
+        max_position = max(self.max_model_len, cfg.max_position_embeddings)
+        # decode-sized batches are the common step
+        model = instantiate(
+            loaded, dtype=dtype, device=self.device, max_position=max_position, batch_hint=config.max_num_seqs
+        )
         plan = plan_kv_cache(cfg, config, self.device, dtype, self.max_model_len)
         elapsed_s = time.monotonic() - started
         log.info(
@@ -90,6 +90,8 @@ class LLMEngine:
             window=plan.window or 0,
             single_pool_window=plan.single_pool_window,
         )
+        self.proposer = build_proposer(config, self.device, dtype, cfg.vocab_size, self.max_model_len)
+        self.spec_stats = SpecDecodeStats()
         self.scheduler = Scheduler(
             self.block_manager,
             max_num_seqs=config.max_num_seqs,
@@ -97,6 +99,8 @@ class LLMEngine:
             eos_token_id=self.tokenizer.eos_token_id,
             max_model_len=self.max_model_len,
             token_text=self.tokenizer.token_text,
+            proposer=self.proposer,
+            speculative_max_batch=config.speculative_max_batch,
         )
         self.runner = ModelRunner(
             model,
@@ -105,6 +109,7 @@ class LLMEngine:
             block_size=config.block_size,
             sliding_window=plan.window,
             quantization=config.quantization,
+            kv_cache_dtype=config.kv_cache_dtype,
         )
         self.sampler = Sampler()
         self.requests: dict[str, _Request] = {}
@@ -213,10 +218,30 @@ class LLMEngine:
                 req.first_scheduled_s = scheduled_s  # its queue wait ends here
 
     def _run(self, sched: SchedulerOutput) -> SampleResult | None:
-        """The step's forward pass, and a token for each sequence whose last chunk it computed."""
+        """The step's forward pass, and the tokens of each sequence whose last chunk it computed: one
+        sampled, or a speculative item's kept proposals and the token after them."""
         logits = self.runner.run(sched.scheduled)
-        sampling = [item.seq for item in sched.scheduled if item.is_last_chunk]
-        return self.sampler(logits, sampling) if sampling else None
+        items = [item for item in sched.scheduled if item.is_last_chunk]
+        if not items:
+            return None
+        if not any(item.spec_token_ids for item in items):
+            return self.sampler(logits, [item.seq for item in items])
+        starts = list(itertools.accumulate((item.num_sample_rows for item in items), initial=0))
+        plain = [j for j, item in enumerate(items) if not item.spec_token_ids]
+        result = SampleResult([[] for _ in items], [None] * len(items))
+        if plain:
+            rows = torch.tensor([starts[j] for j in plain], device=logits.device)
+            sampled = self.sampler(logits.index_select(0, rows), [items[j].seq for j in plain])
+            for j, tokens, lp in zip(plain, sampled.token_ids, sampled.logprobs, strict=True):
+                result.token_ids[j], result.logprobs[j] = tokens, lp
+        for j, item in enumerate(items):
+            if item.spec_token_ids:
+                draft = item.spec_token_ids
+                probs = self.proposer.proposal_probs(item.seq) if self.proposer is not None else None
+                tokens = verify(logits[starts[j] : starts[j + 1]], draft, item.seq, probs)
+                self.spec_stats.observe(len(draft), len(tokens) - 1)
+                result.token_ids[j] = tokens
+        return result
 
     def _finish(self, seq: Sequence, reason: str) -> None:
         if seq.is_finished:
@@ -282,6 +307,10 @@ class LLMEngine:
             num_preemptions=self.scheduler.num_preemptions,
             num_generated_tokens=self.num_generated_tokens,
             num_prompt_tokens=self.num_prompt_tokens,
+            spec_num_drafts=self.spec_stats.num_drafts,
+            spec_num_draft_tokens=self.spec_stats.num_draft_tokens,
+            spec_num_accepted_tokens=self.spec_stats.num_accepted_tokens,
+            spec_accepted_per_pos=tuple(self.spec_stats.accepted_per_pos),
         )
 
     def check_invariants(self) -> None:

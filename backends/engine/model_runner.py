@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from backends.engine.layers import kv_quant
 from backends.engine.layers.attention import AttentionMetadata, PrefillChunk
 from backends.engine.layers.linear import MergedLinear
 from backends.engine.model_config import FULL, SLIDING
@@ -41,10 +42,13 @@ class ModelRunner:
         sliding_window: int | None = None,
         num_sliding_blocks: int | None = None,
         quantization: str | None = None,
+        kv_cache_dtype: str = "auto",
     ) -> None:
         self.model = model
-        self.weight_bytes = quantize_linears(model) if quantization == "int8" else None
-        """GEMM weight bytes before and after int8 quantization; None when not quantized."""
+        self.kv_cache_dtype = kv_cache_dtype
+        """"auto" (K/V in the model's dtype), "int8" or "fp8": one-byte codes and a scale per row."""
+        self.weight_bytes = prepare_linears(model, quantization)
+        """GEMM weight bytes before and after quantization; None when not quantized."""
         self.block_size = block_size
         self.sliding_window = sliding_window
         self.num_blocks = num_blocks
@@ -73,42 +77,45 @@ class ModelRunner:
         """K and V tensors of ``num_blocks`` blocks for ``layers``, each layer bound to its slice."""
         cfg = self.model.config
         layer_shape = layers[0].backend.cache_shape(
-            num_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim
+            num_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim, self.kv_cache_dtype
         )
         shape = (len(layers), *layer_shape)
+        dtype = kv_quant.storage_dtype(self.kv_cache_dtype, self.dtype)
         # empty, not zeros: a slot is always written before it is read (padding points at valid slots)
-        k_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
-        v_cache = torch.empty(shape, dtype=self.dtype, device=self.device)
+        k_cache = torch.empty(shape, dtype=dtype, device=self.device)
+        v_cache = torch.empty(shape, dtype=dtype, device=self.device)
         for i, layer in enumerate(layers):
             layer.k_cache, layer.v_cache = k_cache[i], v_cache[i]
         return k_cache, v_cache
 
     @torch.inference_mode()
     def run(self, scheduled: list[ScheduledSeq]) -> torch.Tensor:
-        """Logits [num_sampling_seqs, vocab] (fp32) in the order of ``scheduled``'s last chunks."""
+        """Logits [num_sample_rows, vocab] (fp32): each of ``scheduled``'s last chunks in order, one row
+        per token it samples from (its last token's, then one per proposed token when it speculates)."""
         # decodes first (stable), so they are rows [0, num_decodes) of the flat batch
         order = sorted(range(len(scheduled)), key=lambda i: not _is_decode(scheduled[i]))
         batch = [scheduled[i] for i in order]
-        input_ids, positions, meta, last_rows = self._prepare(batch)
+        input_ids, positions, meta, sample_rows = self._prepare(batch)
         hidden = self.model(input_ids, positions, meta)
-        rows_by_original = {order[j]: row for j, row in last_rows.items()}
-        wanted = [rows_by_original[i] for i in range(len(scheduled)) if i in rows_by_original]
+        rows_by_original = {order[j]: rows for j, rows in sample_rows.items()}
+        wanted = [r for i in range(len(scheduled)) for r in rows_by_original.get(i, ())]
         index = torch.tensor(wanted, dtype=torch.long, device=self.device)
         return self.model.compute_logits(hidden.index_select(0, index)).float()
 
     def _prepare(
         self, batch: list[ScheduledSeq]
-    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, dict[int, int]]:
+    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, dict[int, range]]:
         token_ids: list[int] = []
         positions: list[int] = []
-        last_rows: dict[int, int] = {}
+        sample_rows: dict[int, range] = {}
         for j, item in enumerate(batch):
             seq, n = item.seq, item.num_new_tokens
             start_pos = seq.num_computed_tokens
-            token_ids.extend(seq.token_ids[start_pos : start_pos + n])
+            token_ids.extend(seq.token_ids[start_pos : start_pos + n - len(item.spec_token_ids)])
+            token_ids.extend(item.spec_token_ids)
             positions.extend(range(start_pos, start_pos + n))
             if item.is_last_chunk:
-                last_rows[j] = len(token_ids) - 1
+                sample_rows[j] = range(len(token_ids) - item.num_sample_rows, len(token_ids))
         tables = [item.seq.block_table for item in batch]
         if self.has_two_groups:  # each group's own slots and tables
             meta = self._view(*self._group_inputs(batch, tables), None)
@@ -125,7 +132,7 @@ class ModelRunner:
             torch.tensor(token_ids, dtype=torch.long, device=self.device),
             torch.tensor(positions, dtype=torch.long, device=self.device),
             meta,
-            last_rows,
+            sample_rows,
         )
 
     def _group_inputs(
@@ -196,22 +203,39 @@ class ModelRunner:
 
 @dataclass(frozen=True, slots=True)
 class WeightBytes:
-    """Bytes of the quantized GEMM weights in their float dtype, and as int8 plus scales."""
+    """Bytes of the GEMM weights quantized by one ``quantize_linears`` call: in their float dtype, and
+    quantized (values plus scales, and zeros for int4)."""
 
+    method: str
+    """"int8" or "int4"."""
     float_bytes: int
-    int8_bytes: int
+    quantized_bytes: int
 
 
-def quantize_linears(model: LlamaForCausalLM) -> WeightBytes:
-    """Every decoder GEMM (q|k|v, o, gate|up, down) to per-output-channel int8; the LM head (which
-    may be the tied embedding) stays as it is."""
-    float_bytes = int8_bytes = 0
+def quantize_linears(model: LlamaForCausalLM, method: str = "int8") -> WeightBytes:
+    """Every decoder GEMM (q|k|v, o, gate|up, down) to ``method``: "int8" (per output channel) or "int4"
+    (per group of 32 input columns; GGUF Q4_0 / Q4_1 blocks keep their values). The LM head (which may
+    be the tied embedding) stays as it is; layers already quantized are skipped."""
+    if method not in ("int8", "int4"):
+        raise ValueError(f"unknown quantization {method!r}")
+    float_bytes = quantized_bytes = 0
     for module in model.modules():
-        if isinstance(module, MergedLinear) and module is not model.lm_head and not module.is_int8:
-            weight = module.dense_weight()
-            float_bytes += weight.numel() * weight.element_size()
-            int8_bytes += module.quantize_int8()
-    return WeightBytes(float_bytes, int8_bytes)
+        if isinstance(module, MergedLinear) and module is not model.lm_head and not module.is_quantized:
+            float_bytes += module.num_float_weight_bytes
+            quantized_bytes += module.quantize_int8() if method == "int8" else module.quantize_int4()
+    return WeightBytes(method, float_bytes, quantized_bytes)
+
+
+def prepare_linears(model: LlamaForCausalLM, quantization: str | None) -> WeightBytes | None:
+    """The GEMMs in their serving form: quantized (``quantize_linears``, returns the bytes), or without
+    quantization, weights still in GGUF blocks dequantized (and prepacked) now, at load, rather than in
+    the first step (returns None)."""
+    if quantization is not None:
+        return quantize_linears(model, quantization)
+    for module in model.modules():
+        if isinstance(module, MergedLinear):
+            module.dequantize_blocks()
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,9 @@ from backends.engine.sequence import Sequence
 
 @dataclass
 class SampleResult:
-    token_ids: list[int]
+    token_ids: list[list[int]]
+    """Per sequence, the tokens to append: one, or a speculative step's accepted proposals and the
+    token sampled after them."""
     logprobs: list[tuple[float, list[tuple[int, float]]] | None]
     """Per sequence, when asked: (logprob of the chosen token, [(id, logprob)] top-k)."""
 
@@ -37,8 +39,7 @@ class Sampler:
             rows = torch.tensor(random_rows, device=logits.device)
             probs = masked_probs(logits[rows], [seqs[i] for i in random_rows])
             for j, i in enumerate(random_rows):
-                noise = torch.empty_like(probs[j]).exponential_(generator=seqs[i].generator)
-                chosen[i] = (probs[j] / noise).argmax()  # the exponential race: a draw from probs
+                chosen[i] = draw(probs[j], seqs[i].generator)
         token_ids: list[int] = chosen.tolist()
         logprobs: list[tuple[float, list[tuple[int, float]]] | None] = [None] * len(seqs)
         if raw_logprobs is not None:
@@ -50,7 +51,14 @@ class Sampler:
                 top = row.topk(k) if k else None
                 top_list = list(zip(top.indices.tolist(), top.values.tolist(), strict=True)) if top else []
                 logprobs[i] = (float(row[token_ids[i]]), top_list)
-        return SampleResult(token_ids, logprobs)
+        return SampleResult([[t] for t in token_ids], logprobs)
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token from ``probs`` (a row, not necessarily normalised) by the exponential race: the argmax
+    of probs / Exp(1) noise is distributed as probs."""
+    noise = torch.empty_like(probs).exponential_(generator=generator)
+    return (probs / noise).argmax()
 
 
 def apply_penalties(row: torch.Tensor, seq: Sequence) -> None:

@@ -18,13 +18,15 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from backends.engine.kv_groups import KVBlocks
 from backends.engine.outputs import Logprob
 from backends.engine.sequence import Sequence, SequenceStatus
 
 if TYPE_CHECKING:
+    import torch
+
     from backends.engine.sampler import SampleResult
 
 
@@ -32,11 +34,35 @@ if TYPE_CHECKING:
 class ScheduledSeq:
     seq: Sequence
     num_new_tokens: int
+    """Tokens computed this step: the sequence's pending ones, then ``spec_token_ids``."""
+    spec_token_ids: tuple[int, ...] = ()
+    """Proposed tokens a speculative step verifies after the sequence's last one (a decode only)."""
 
     @property
     def is_last_chunk(self) -> bool:
         """This step computes the sequence's last pending token, so it samples one."""
-        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+        num_pending = self.num_new_tokens - len(self.spec_token_ids)
+        return self.seq.num_computed_tokens + num_pending == self.seq.num_tokens
+
+    @property
+    def num_sample_rows(self) -> int:
+        """Logit rows this item samples from: one per proposed token plus one (none before the last
+        chunk)."""
+        return 1 + len(self.spec_token_ids) if self.is_last_chunk else 0
+
+
+class Proposer(Protocol):
+    """Speculative decoding's drafter (``spec_decode/``): proposes the next tokens of decoding sequences."""
+
+    num_speculative_tokens: int
+
+    def propose(self, requests: list[tuple[Sequence, int]]) -> list[list[int]]:
+        """At most ``max_tokens`` proposed tokens for each (sequence, max_tokens), in order; [] for none."""
+        ...
+
+    def proposal_probs(self, seq: Sequence) -> torch.Tensor | None:
+        """[k, vocab] the distributions seq's last proposal was drawn from; None: point masses."""
+        ...
 
 
 @dataclass
@@ -63,15 +89,20 @@ class Scheduler:
         eos_token_id: int | None = None,
         max_model_len: int | None = None,
         token_text: Callable[[int], str] = str,
+        proposer: Proposer | None = None,
+        speculative_max_batch: int | None = None,
     ) -> None:
         """``eos_token_id`` and ``max_model_len`` stop a sequence (None: never); ``token_text`` is one
-        token's text, for logprobs."""
+        token's text, for logprobs. ``proposer`` turns on speculative decoding for decodes, in steps with
+        fewer than ``speculative_max_batch`` running sequences (None: any)."""
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.eos_token_id = eos_token_id
         self.max_model_len = max_model_len
         self.token_text = token_text
+        self.proposer = proposer
+        self.speculative_max_batch = speculative_max_batch
         self.waiting: list[Sequence] = []  # sorted by sort_key
         self.running: list[Sequence] = []  # sorted by sort_key
         self.forks: dict[int, list[Sequence]] = {}
@@ -140,6 +171,8 @@ class Scheduler:
             bm.append_slots(seq, num_new)
             out.scheduled.append(ScheduledSeq(seq, num_new))
             budget -= num_new
+        if self.proposer is not None and budget > 0 and not preempted:
+            budget -= self._speculate(out, budget)
         # then waiting ones, unless this step already had to preempt
         while self.waiting and budget > 0 and not preempted and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
@@ -160,20 +193,79 @@ class Scheduler:
             budget -= num_new
         return out
 
+    def _speculate(self, out: SchedulerOutput, budget: int) -> int:
+        """Give this step's decodes the proposer's tokens, as many as the budget, their limits and free
+        blocks allow (never preempting for them); the tokens it added."""
+        assert self.proposer is not None
+        if self.speculative_max_batch is not None and len(self.running) >= self.speculative_max_batch:
+            return 0
+        bm, k = self.block_manager, self.proposer.num_speculative_tokens
+        wanted: list[tuple[int, Sequence, int]] = []
+        for i, item in enumerate(out.scheduled):
+            seq = item.seq
+            if item.num_new_tokens != 1 or not item.is_last_chunk or not self._may_speculate(seq):
+                continue
+            room = self._tokens_left(seq) - 1  # the verified step adds one token beyond the proposals
+            start = seq.num_computed_tokens
+            room = min(room, k, budget, bm.max_new_tokens(seq, start) - 1)
+            if room > 0:
+                wanted.append((i, seq, room))
+                budget -= room
+        if not wanted:
+            return 0
+        proposals = self.proposer.propose([(seq, room) for _, seq, room in wanted])
+        added = 0
+        for (i, seq, room), tokens in zip(wanted, proposals, strict=True):
+            spec = tuple(tokens[:room])
+            if not spec or not bm.can_append(seq, 1 + len(spec)):
+                continue
+            bm.append_slots(seq, 1 + len(spec))
+            out.scheduled[i] = ScheduledSeq(seq, 1 + len(spec), spec)
+            added += len(spec)
+        return added
+
+    @staticmethod
+    def _may_speculate(seq: Sequence) -> bool:
+        """A decode whose next tokens a proposal can stand in for: past its prompt (forked), without
+        penalties (each depends on the tokens before it) and without logprobs."""
+        p = seq.params
+        return seq.num_output_tokens > 0 and not p.has_penalties and p.logprobs is None
+
+    def _tokens_left(self, seq: Sequence) -> int:
+        """Tokens seq may still generate before max_tokens or the model's length stops it."""
+        left = seq.params.max_tokens - seq.num_output_tokens if seq.params.max_tokens is not None else 1 << 30
+        if self.max_model_len is not None:
+            left = min(left, self.max_model_len - seq.num_tokens)
+        return left
+
     def postprocess(self, scheduled: list[ScheduledSeq], result: SampleResult | None) -> list[Sequence]:
         """Book a computed step: advance every scheduled sequence, then append the tokens ``result``
-        sampled for the last chunks (in ``scheduled`` order). The sequences that sampled a token."""
-        sampling = [item.seq for item in scheduled if item.is_last_chunk]
+        sampled for the last chunks (in ``scheduled`` order). The sequences that sampled a token.
+
+        A speculative item's accepted tokens are appended first and its computed tokens advance by the
+        ones verified (its last token and the accepted proposals); the K/V written for the rejected
+        proposals lie past ``num_computed_tokens`` and are overwritten by later steps."""
+        sampling = [item for item in scheduled if item.is_last_chunk]
         for item in scheduled:
-            item.seq.num_computed_tokens += item.num_new_tokens
-            self.block_manager.cache_full_blocks(item.seq)
-            self.block_manager.free_out_of_window(item.seq)  # no-op unless a window frees a pool
+            if not item.spec_token_ids:
+                self._advance(item.seq, item.num_new_tokens)
         if result is None:
             return []
-        for seq, token, lp in zip(sampling, result.token_ids, result.logprobs, strict=True):
+        for item, tokens, lp in zip(sampling, result.token_ids, result.logprobs, strict=True):
+            seq = item.seq
             self._fork(seq)
-            self._append_token(seq, token, lp)
-        return sampling
+            for token in tokens:
+                self._append_token(seq, token, lp)
+                if seq.is_finished:
+                    break
+            if item.spec_token_ids and not seq.is_finished:
+                self._advance(seq, len(tokens))  # its last token and the len(tokens) - 1 accepted
+        return [item.seq for item in sampling]
+
+    def _advance(self, seq: Sequence, num_computed: int) -> None:
+        seq.num_computed_tokens += num_computed
+        self.block_manager.cache_full_blocks(seq)
+        self.block_manager.free_out_of_window(seq)  # no-op unless a window frees a pool
 
     def _fork(self, parent: Sequence) -> None:
         """Children share the parent's full prompt blocks and compute only the tail."""

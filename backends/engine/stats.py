@@ -19,3 +19,11 @@ class EngineStats:
     num_preemptions: int
     num_generated_tokens: int
     num_prompt_tokens: int
+    spec_num_drafts: int = 0
+    """Speculative decoding: sequence-steps that verified proposals."""
+    spec_num_draft_tokens: int = 0
+    """Proposed tokens verified."""
+    spec_num_accepted_tokens: int = 0
+    """Proposed tokens the target kept."""
+    spec_accepted_per_pos: tuple[int, ...] = ()
+    """Kept tokens by position in the proposal (first, second, ...)."""

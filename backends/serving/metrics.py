@@ -1,6 +1,7 @@
 """The server's Prometheus metrics, under vLLM's names so a gateway built for vLLM reads its load.
 
-Engine gauges and counters (running, waiting, KV usage, prefix cache, preemptions, token totals) are
+Engine gauges and counters (running, waiting, KV usage, prefix cache, preemptions, token totals,
+speculative drafts and acceptances) are
 read from ``EngineStats`` at scrape time; latency histograms are observed by the server per request.
 Every metric carries the ``model_name`` label. One registry per app: no module globals.
 
@@ -159,9 +160,25 @@ class _EngineStatsCollector(Collector):
             ("vllm:num_preemptions", "Requests preempted to free KV blocks.", "num_preemptions"),
             ("vllm:prompt_tokens", "Prompt tokens processed.", "num_prompt_tokens"),
             ("vllm:generation_tokens", "Tokens generated.", "num_generated_tokens"),
+            (
+                "vllm:spec_decode_num_drafts",
+                "Speculative steps: sequences that verified proposals.",
+                "spec_num_drafts",
+            ),
+            ("vllm:spec_decode_num_draft_tokens", "Proposed tokens verified.", "spec_num_draft_tokens"),
+            ("vllm:spec_decode_num_accepted_tokens", "Proposed tokens accepted.", "spec_num_accepted_tokens"),
         )
         for name, doc, attr in counters:
             yield family(CounterMetricFamily, name, doc, attr)
+        per_pos = CounterMetricFamily(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Proposed tokens accepted, by position in the proposal.",
+            labels=["model_name", "position"],
+        )
+        for model_name, stats in snapshots.items():
+            for position, count in enumerate(getattr(stats, "spec_accepted_per_pos", ()) or ()):
+                per_pos.add_metric([model_name, str(position)], float(count))
+        yield per_pos
         rate = GaugeMetricFamily(
             "switchyard_engine_generation_tokens_per_second",
             f"Generated tokens per second since the oldest scrape in the last {RATE_WINDOW_S:.0f} s.",

@@ -40,15 +40,15 @@ def test_seeded_sampling_ignores_the_rest_of_the_batch() -> None:
     logits = torch.randn(5, 100)
     params = SamplingParams(temperature=0.9, top_p=0.95)
     sampler = Sampler()
-    alone = [sampler(logits[2:3].clone(), [seq(params, seed=42)]).token_ids[0] for _ in range(1)]
+    alone = [sampler(logits[2:3].clone(), [seq(params, seed=42)]).token_ids[0][0] for _ in range(1)]
     s_alone = seq(params, seed=42)
-    run_alone = [sampler(logits[2:3].clone(), [s_alone]).token_ids[0] for _ in range(20)]
+    run_alone = [sampler(logits[2:3].clone(), [s_alone]).token_ids[0][0] for _ in range(20)]
     s_batch = seq(params, seed=42)
     others = [seq(params, seed=i) for i in range(4)]
     run_batch = []
     for _ in range(20):
         batch = [others[0], others[1], s_batch, others[2], others[3]]
-        run_batch.append(sampler(logits.clone(), batch).token_ids[2])
+        run_batch.append(sampler(logits.clone(), batch).token_ids[2][0])
     assert run_alone == run_batch and alone[0] == run_alone[0]
     assert len(set(run_alone)) > 1  # it really samples
 
@@ -56,7 +56,7 @@ def test_seeded_sampling_ignores_the_rest_of_the_batch() -> None:
 def test_greedy_is_argmax() -> None:
     logits = torch.tensor([[0.1, 3.0, 0.2], [5.0, 0.0, 0.0]])
     out = Sampler()(logits, [seq(SamplingParams(temperature=0)), seq(SamplingParams(top_k=1), seed=1)])
-    assert out.token_ids == [1, 0]
+    assert out.token_ids == [[1], [0]]
 
 
 def test_top_k_keeps_k_tokens() -> None:

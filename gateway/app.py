@@ -17,13 +17,14 @@ from litestar.exceptions import HTTPException
 from litestar.plugins import PluginProtocol
 from litestar.plugins.core import MsgspecDIPlugin
 
+from gateway.client_limits import ClientLimiter
 from gateway.openapi import openapi_route
 from gateway.pipeline import Pipeline
 from gateway.proxy import ProxyApp
 from gateway.reloader import PolicyReloader
 from gateway.replicas.balancer import Balancer
 from gateway.replicas.client import AiohttpUpstreamClient, UpstreamClient
-from gateway.routes import api_routes, http_exception, unexpected
+from gateway.routes import api_routes, http_exception, open_route_limit, unexpected
 from gateway.runtime import Gateway
 from gateway.settings import Settings
 from gateway.shared_state import Caches, build_caches, build_store
@@ -44,7 +45,13 @@ _SHUTDOWN_SETTLE_S = 5.0
 
 
 def build_pipeline(
-    *, store: Store, caches: Caches, balancer: Balancer, client: UpstreamClient, metrics: Metrics
+    *,
+    store: Store,
+    caches: Caches,
+    balancer: Balancer,
+    client: UpstreamClient,
+    metrics: Metrics,
+    clients: ClientLimiter | None = None,
 ) -> Pipeline:
     """The stages every request runs through, in order, and the finishers every request ends with.
 
@@ -54,7 +61,7 @@ def build_pipeline(
     """
     return Pipeline(
         [
-            Authenticate(),  # who is calling (401)
+            Authenticate(clients),  # who is calling (401; 429 past the client's failure bound)
             RouteModel(caches.sticky),  # which pool (404)
             EnforceLimits(store, on_reject=metrics.count_rejection),  # may it (429 / 503); settles after
             ResponseCacheStage(caches.responses, caches.flights),  # a repeat? (hit); stores after
@@ -87,7 +94,10 @@ def create_app(
     store = store or build_store(reloader.policy, on_fallback=metrics.count_store_fallback)
     caches = build_caches(reloader.policy, metrics)
     balancer = Balancer()
-    pipeline = build_pipeline(store=store, caches=caches, balancer=balancer, client=client, metrics=metrics)
+    clients = ClientLimiter(store, on_refuse=metrics.count_client_refusal)
+    pipeline = build_pipeline(
+        store=store, caches=caches, balancer=balancer, client=client, metrics=metrics, clients=clients
+    )
     gateway = Gateway(
         settings,
         client=client,
@@ -97,6 +107,7 @@ def create_app(
         caches=caches,
         balancer=balancer,
         pipeline=pipeline,
+        clients=clients,
     )
 
     async def on_startup() -> None:
@@ -116,7 +127,8 @@ def create_app(
         await caches.close()
 
     app = _MsgspecOnlyLitestar(
-        route_handlers=[*api_routes(gateway), openapi_route()],  # GET /openapi.json, built once here
+        # GET /openapi.json, built once here; counted per client like /metrics
+        route_handlers=[*api_routes(gateway), openapi_route(before_request=open_route_limit(gateway))],
         exception_handlers={HTTPException: http_exception, Exception: unexpected},
         on_startup=[on_startup],
         on_shutdown=[on_shutdown],

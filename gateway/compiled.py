@@ -2,9 +2,9 @@
 
 A ``Policy`` is what the YAML says; a ``CompiledPolicy`` is what serving needs from it: the key
 index, the tier classifier, the limit rules by caller, the telemetry settings (with the
-environment's overrides) and the ``GET /v1/models`` body. ``compile_policy`` runs when the policy
-loads and at each reload (``gateway.reloader``); every request carries the one it started under
-(``Call.compiled``), so a reload mid-request changes nothing for it.
+environment's overrides), the ``GET /v1/models`` body and the trusted proxies. ``compile_policy``
+runs when the policy loads and at each reload (``gateway.reloader``); every request carries the one
+it started under (``Call.compiled``), so a reload mid-request changes nothing for it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from gateway.api_keys import KeyIndex
+from gateway.client_address import ClientAddresses
 from gateway.limit_rules import LimitRules
 from gateway.policy import ApiKey, Policy, PolicyError
 from gateway.policy.telemetry import TelemetryConfig, telemetry_of
@@ -48,6 +49,8 @@ class CompiledPolicy:
     model_names: tuple[str, ...]
     models_body: bytes
     """``GET /v1/models`` for a key that may use every model."""
+    clients: ClientAddresses
+    """Who a request came from, under ``limits.unauthenticated.trusted_proxies``."""
 
     def models_body_for(self, key: ApiKey | None) -> bytes:
         """``GET /v1/models`` as ``key`` sees it: only the models it may use."""
@@ -82,4 +85,5 @@ def compile_policy(policy: Policy, environ: Mapping[str, str] | None = None) -> 
         telemetry=telemetry,
         model_names=names,
         models_body=_models_body(list(names)),
+        clients=ClientAddresses(policy.limits.unauthenticated.trusted_proxies),
     )

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 from litestar import MediaType, Response, get
 from litestar.handlers import HTTPRouteHandler
+from litestar.types import BeforeRequestHookHandler
 
 from gateway.errors import ErrorEnvelope
 from gateway.schemas import ChatRequest, CompletionRequest, EmbeddingRequest
@@ -168,7 +169,10 @@ _PROXY_ERRORS = {
     "403": _error("The key may not do this (permission_denied)."),
     "404": _error("No such model, or not for this key (model_not_found)."),
     "413": _error("The body is over the size limit (request_too_large)."),
-    "429": _error("A rate, token or spend limit was reached (rate_limit_exceeded, insufficient_quota)."),
+    "429": _error(
+        "A rate, token or spend limit was reached (rate_limit_exceeded, insufficient_quota), or too many "
+        "failed authentications from this address (too_many_auth_failures)."
+    ),
     "4XX": _error("The upstream's own 4xx, relayed with its status and body."),
     "500": _error("A gateway bug (internal_error)."),
     "502": _error("The upstream failed or answered badly (upstream_error, upstream_connect_error, ...)."),
@@ -190,6 +194,8 @@ def _proxied(summary: str, request: type, response: type, *, is_stream: bool) ->
 
 _PUBLIC: list[dict[str, list[str]]] = []  # no API key needed
 _UNAUTHORIZED = _error("No API key, or an unknown one (invalid_api_key).")
+_AUTH_FAILURES = _error("Too many failed authentications from this address (too_many_auth_failures).")
+_OPEN_LIMITED = _error("Too many requests from this address (rate_limit_exceeded).")
 _ROUTES: dict[str, dict[str, Any]] = {
     "/v1/chat/completions": _proxied("Create a chat completion", ChatRequest, ChatCompletion, is_stream=True),
     "/v1/completions": _proxied("Create a text completion", CompletionRequest, Completion, is_stream=True),
@@ -197,7 +203,11 @@ _ROUTES: dict[str, dict[str, Any]] = {
     "/v1/models": {
         "get": {
             "summary": "List the models this key may use",
-            "responses": {"200": _ok(ModelList, "The models."), "401": _UNAUTHORIZED},
+            "responses": {
+                "200": _ok(ModelList, "The models."),
+                "401": _UNAUTHORIZED,
+                "429": _AUTH_FAILURES,
+            },
         }
     },
     "/v1/models/{model_id}": {
@@ -210,6 +220,7 @@ _ROUTES: dict[str, dict[str, Any]] = {
                 "200": _ok(Model, "The model."),
                 "401": _UNAUTHORIZED,
                 "404": _error("No such model, or not for this key (model_not_found)."),
+                "429": _AUTH_FAILURES,
             },
         }
     },
@@ -230,6 +241,7 @@ _ROUTES: dict[str, dict[str, Any]] = {
                 "400": _error("A malformed month (invalid_request)."),
                 "401": _UNAUTHORIZED,
                 "403": _error("Not an admin key (admin_key_required)."),
+                "429": _AUTH_FAILURES,
                 "503": _error("The usage store is down (store_unavailable)."),
             },
         }
@@ -259,7 +271,8 @@ _ROUTES: dict[str, dict[str, Any]] = {
                 "200": {
                     "description": "The Prometheus text format.",
                     "content": {"text/plain": {"schema": {"type": "string"}}},
-                }
+                },
+                "429": _OPEN_LIMITED,
             },
         }
     },
@@ -268,7 +281,8 @@ _ROUTES: dict[str, dict[str, Any]] = {
             "summary": "This document",
             "security": _PUBLIC,
             "responses": {
-                "200": {"description": "OpenAPI 3.1.", "content": {_JSON: {"schema": {"type": "object"}}}}
+                "200": {"description": "OpenAPI 3.1.", "content": {_JSON: {"schema": {"type": "object"}}}},
+                "429": _OPEN_LIMITED,
             },
         }
     },
@@ -305,11 +319,12 @@ def build_document() -> dict[str, Any]:
     }
 
 
-def openapi_route() -> HTTPRouteHandler:
-    """``GET /openapi.json``: the document, encoded once here (no work per request)."""
+def openapi_route(before_request: BeforeRequestHookHandler | None = None) -> HTTPRouteHandler:
+    """``GET /openapi.json``: the document, encoded once here (no work per request); ``before_request``
+    may answer instead (the per-client limit on open endpoints)."""
     body = msgspec.json.encode(build_document())
 
-    @get(OPENAPI_PATH, include_in_schema=False)
+    @get(OPENAPI_PATH, include_in_schema=False, before_request=before_request)
     async def openapi_document() -> Response[bytes]:
         return Response(content=body, media_type=MediaType.JSON)
 

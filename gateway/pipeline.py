@@ -138,6 +138,8 @@ class Call:
     """Upstream attempts made (retries included)."""
     span: CallSpan | None = None
     """The request's tracing span when it is sampled."""
+    peer: str | None = None
+    """The socket peer's address as the server gave it (the client, or the proxy in front of it)."""
     result_filters: list[ResultFilter] = field(default_factory=list)
     """Applied to the result after the stages (a cache tapping a stream, embeddings merging)."""
     started_at: float = field(default_factory=time.perf_counter)

@@ -225,6 +225,7 @@ def new_call(
     request_id: str,
     started_at: float,
     span: RequestSpan | None = None,
+    peer: str | None = None,
 ) -> Call:
     """Decode one request body into a ``Call`` under ``compiled``; a GatewayError (400, 413) when the
     body is too large for the policy or not a valid request."""
@@ -247,6 +248,7 @@ def new_call(
         include_usage=include_usage,
         started_at=started_at,
         span=span,
+        peer=peer,
     )
 
 
@@ -281,7 +283,8 @@ async def serve(
             )
             watch = ClientWatch(receive)
             try:
-                call = new_call(endpoint, headers, raw, compiled, request_id, time.perf_counter(), span)
+                peer = scope["client"][0] if scope.get("client") else None
+                call = new_call(endpoint, headers, raw, compiled, request_id, time.perf_counter(), span, peer)
             except GatewayError as error:
                 gateway.metrics.count_request(endpoint.name.lower(), "-", status_of(error))
                 raise

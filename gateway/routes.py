@@ -1,7 +1,10 @@
 """The endpoints beside the proxied API: models, usage, health, readiness and metrics (Litestar).
 
 Each answers in OpenAI's shape, errors included (``render``); Litestar's own errors (an unknown
-route, a wrong method) are turned into the same shape by :func:`http_exception`.
+route, a wrong method) are turned into the same shape by :func:`http_exception`. A failed
+authentication counts against its client (``gateway.client_limits``), and so does every request to
+``/metrics`` and ``/openapi.json`` (:func:`open_route_limit`); ``/healthz`` and ``/readyz`` are never
+limited, so probes always get through.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -16,7 +20,7 @@ from litestar import MediaType, Request, Response, get
 from litestar.exceptions import HTTPException
 from litestar.handlers import HTTPRouteHandler
 
-from gateway.compiled import model_card
+from gateway.compiled import CompiledPolicy, model_card
 from gateway.errors import (
     BodyTooLarge,
     GatewayError,
@@ -28,12 +32,13 @@ from gateway.errors import (
     ServiceUnavailable,
     render,
 )
+from gateway.policy import ApiKey
 from gateway.runtime import Gateway
-from gateway.stages.auth import authenticate
+from gateway.stages.auth import authenticate_client
 from gateway.stages.limits import month_of
 from gateway.stores import StoreUnavailable
 
-__all__ = ["api_routes", "http_exception", "unexpected"]
+__all__ = ["api_routes", "http_exception", "open_route_limit", "unexpected"]
 
 logger = logging.getLogger("switchyard.gateway")
 _encode = msgspec.json.encode
@@ -47,14 +52,38 @@ def _error_response(error: GatewayError) -> Response[bytes]:
     )
 
 
+def _peer(request: Request[Any, Any, Any]) -> str | None:
+    client = request.client
+    return client.host if client is not None else None
+
+
+def open_route_limit(
+    gateway: Gateway,
+) -> Callable[[Request[Any, Any, Any]], Awaitable[Response[bytes] | None]]:
+    """A ``before_request`` hook counting a request to an open endpoint against its client: a 429 (or
+    a 503 under ``fail_closed`` with the store down) instead of the route's answer past the bound."""
+
+    async def limit(request: Request[Any, Any, Any]) -> Response[bytes] | None:
+        try:
+            await gateway.clients.count_request(gateway.compiled, _peer(request), request.headers)
+        except GatewayError as error:
+            return _error_response(error)
+        return None
+
+    return limit
+
+
 def api_routes(gateway: Gateway) -> list[HTTPRouteHandler]:
     """The Litestar route handlers, bound to ``gateway``."""
+
+    async def authenticate(compiled: CompiledPolicy, request: Request[Any, Any, Any]) -> ApiKey | None:
+        return await authenticate_client(compiled, request.headers, _peer(request), gateway.clients)
 
     @get("/v1/models")
     async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
         compiled = gateway.compiled
         try:
-            key = authenticate(compiled, request.headers)
+            key = await authenticate(compiled, request)
         except GatewayError as error:
             return _error_response(error)
         return Response(content=compiled.models_body_for(key), media_type=MediaType.JSON)
@@ -64,7 +93,7 @@ def api_routes(gateway: Gateway) -> list[HTTPRouteHandler]:
         model_id = model_id.lstrip("/")
         compiled = gateway.compiled
         try:
-            key = authenticate(compiled, request.headers)
+            key = await authenticate(compiled, request)
             pool = compiled.policy.pool_for_model(model_id)
             if pool is None or (key is not None and not compiled.keys.may_use(key, model_id, pool)):
                 raise ModelNotFound.for_model(model_id)
@@ -76,7 +105,7 @@ def api_routes(gateway: Gateway) -> list[HTTPRouteHandler]:
     async def usage(request: Request[Any, Any, Any]) -> Response[bytes]:
         """Spend and tokens per tenant, key and pool for a month (``?month=2026-11``); admin keys only."""
         try:
-            key = authenticate(gateway.compiled, request.headers)
+            key = await authenticate(gateway.compiled, request)
             if key is None or not key.admin:
                 raise PermissionDenied("Reading usage needs an admin key.", code="admin_key_required")
             month = request.query_params.get("month") or month_of(time.time())
@@ -121,7 +150,7 @@ def api_routes(gateway: Gateway) -> list[HTTPRouteHandler]:
             media_type=MediaType.JSON,
         )
 
-    @get("/metrics")
+    @get("/metrics", before_request=open_route_limit(gateway))
     async def metrics_endpoint() -> Response[bytes]:
         gateway.balancer.breaker_states()  # lets breakers whose open time passed turn half-open
         gateway.metrics.update_replicas(gateway.balancer.all_replicas())

@@ -1,11 +1,11 @@
 """The gateway's runtime: the long-lived parts every request uses, built once per process.
 
 ``Gateway`` holds the policy source (``reloader``: the compiled policy a request starts under), the
-store of limits and usage, the caches, the replica balancer and its health checker, the upstream
-client, the metrics, the pipeline, the count of requests whose work is not over, and whether the
-process is draining (told to stop: readiness fails, open requests finish). It serves
-nothing itself: ``gateway.proxy`` owns a request's path, ``gateway.routes`` the other endpoints,
-and ``gateway.app`` assembles them.
+store of limits and usage, the per-client limits on unauthenticated work, the caches, the replica
+balancer and its health checker, the upstream client, the metrics, the pipeline, the count of
+requests whose work is not over, and whether the process is draining (told to stop: readiness
+fails, open requests finish). It serves nothing itself: ``gateway.proxy`` owns a request's path,
+``gateway.routes`` the other endpoints, and ``gateway.app`` assembles them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Mapping
 
+from gateway.client_limits import ClientLimiter
 from gateway.compiled import CompiledPolicy
 from gateway.inflight import InFlight
 from gateway.pipeline import Pipeline
@@ -45,6 +46,7 @@ class Gateway:
         caches: Caches,
         balancer: Balancer,
         pipeline: Pipeline,
+        clients: ClientLimiter | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
@@ -55,6 +57,8 @@ class Gateway:
         self.balancer = balancer
         self.health = HealthChecker(balancer, client)
         self.pipeline = pipeline
+        self.clients = clients or ClientLimiter(store, on_refuse=metrics.count_client_refusal)
+        """Per-client limits on unauthenticated work (failed authentications, the open endpoints)."""
         self.inflight = InFlight()
         """Proxied requests whose response or after-response work is not over (gateway.proxy counts)."""
         self.draining_since: float | None = None

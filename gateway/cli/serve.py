@@ -173,6 +173,9 @@ def serve(settings: Settings, *, api_key: str | None = None) -> int:
         loop="uvloop",
         http="gateway.http_protocol:GuardedHttpToolsProtocol",  # httptools + a request-header deadline
         access_log=False,
+        # the client is the socket peer; X-Forwarded-For is read only from the policy's
+        # limits.unauthenticated.trusted_proxies (uvicorn would believe it from 127.0.0.1)
+        proxy_headers=False,
         log_config=logging_config(settings),
         log_level=settings.log_level,
         lifespan="on",

@@ -17,6 +17,7 @@ from gateway.policy.schema import (
     Retry,
     StoreConfig,
     Tenant,
+    UnauthenticatedLimits,
 )
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "Retry",
     "StoreConfig",
     "Tenant",
+    "UnauthenticatedLimits",
     "load_policy",
     "merge",
     "parse_policy",

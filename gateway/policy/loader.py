@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import msgspec
 import yaml
 
+from gateway.client_address import parse_networks
 from gateway.policy.schema import Policy, PolicyError
 from gateway.replicas.config import check_routing, convert_routing
 from gateway.replicas.pools import Pool
@@ -82,6 +83,11 @@ def _check(policy: Policy) -> list[str]:
         if pool_name not in policy.pools:
             problems.append(f"cache.pools.{pool_name}: unknown pool")
     problems.extend(check_routing(policy.routing, policy.pools))
+    for i, cidr in enumerate(policy.limits.unauthenticated.trusted_proxies):
+        try:
+            parse_networks([cidr])
+        except ValueError as e:
+            problems.append(f"limits.unauthenticated.trusted_proxies[{i}]: {e}")
     if policy.auto_model in policy.pools:
         problems.append(f"auto_model: {policy.auto_model!r} is also a pool name")
     if policy.classifier is not None:

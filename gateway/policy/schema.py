@@ -134,11 +134,34 @@ class Retry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     out only at its ``total_s`` deadline, with no time left for a retry."""
 
 
+PerMinute = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class UnauthenticatedLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Per-client bounds on work done before a key is known, counted in the store the other limits use
+    (so shared by every replica on one Redis). The client is the request's address (IPv6: its /64)."""
+
+    failed_auths_per_minute: PerMinute | None = 60
+    """401s one client may get in any 60-second window; past it a failure gets 429
+    ``too_many_auth_failures`` with Retry-After instead. A valid key from that client still passes.
+    null: no bound."""
+    requests_per_minute: PerMinute | None = 600
+    """Requests one client may make to ``/metrics`` and ``/openapi.json`` in any 60-second window
+    (429 past it). ``/healthz`` and ``/readyz`` are never limited: probes must always get through.
+    null: no bound."""
+    trusted_proxies: tuple[str, ...] = ()
+    """CIDRs (``10.0.0.0/8``, ``::1/128``) of the proxies in front of the gateway: when the socket peer
+    is one of them, the client is the right-most ``X-Forwarded-For`` hop outside them. From any other
+    peer ``X-Forwarded-For`` is ignored: the peer is the client."""
+
+
 class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Request-shape limits."""
+    """Request-shape limits, and per-client limits on unauthenticated work."""
 
     max_body_bytes: Annotated[int, msgspec.Meta(gt=0)] = 1_048_576
     """Largest accepted request body; larger gets 413."""
+    unauthenticated: UnauthenticatedLimits = UnauthenticatedLimits()
+    """Failed authentications and requests to the open endpoints, per client address."""
 
 
 class Policy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -2,7 +2,10 @@
 
 ``Authorization: Bearer <key>``; the key is hashed and looked up among the policy's hashes. A
 missing, malformed, absurdly long or unknown key is a 401 ``invalid_api_key`` (unless the policy
-lets anonymous calls through). The key's text goes no further than this module.
+lets anonymous calls through). The key's text goes no further than this module. Each 401 is counted
+against the client's address (``gateway.client_limits``); past the policy's
+``limits.unauthenticated.failed_auths_per_minute`` it becomes a 429 ``too_many_auth_failures``. A
+valid key is never counted nor refused, whatever its address did.
 
 A request's own ``priority`` (engines that schedule by it run lower values first) would let any
 caller jump the queue: it is refused with a 400 ``priority_not_allowed`` unless the caller's key has
@@ -15,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gateway.api_keys import MAX_KEY_LENGTH
+from gateway.client_limits import ClientLimiter
 from gateway.compiled import CompiledPolicy
 from gateway.errors import AuthenticationFailed, InvalidRequest
 from gateway.pipeline import Call
@@ -71,13 +75,31 @@ def authenticate(compiled: CompiledPolicy, headers: Mapping[str, str]) -> ApiKey
     return key
 
 
+async def authenticate_client(
+    compiled: CompiledPolicy, headers: Mapping[str, str], peer: str | None, clients: ClientLimiter | None
+) -> ApiKey | None:
+    """``authenticate``, each failure counted against the client (``clients``; None: not counted):
+    RateLimited (429) instead of the 401 once the client is past the policy's bound."""
+    try:
+        return authenticate(compiled, headers)
+    except AuthenticationFailed:
+        if clients is not None:
+            await clients.count_failure(compiled, peer, headers)
+        raise
+
+
 class Authenticate:
-    """Sets ``call.key`` and ``call.tenant``; refuses a ``priority`` the key may not set."""
+    """Sets ``call.key`` and ``call.tenant``; refuses a ``priority`` the key may not set.
+
+    ``clients`` counts failed authentications per client (None: they are not counted)."""
 
     name = "auth"
 
+    def __init__(self, clients: ClientLimiter | None = None) -> None:
+        self.clients = clients
+
     async def __call__(self, call: Call) -> None:
-        key = authenticate(call.compiled, call.headers)
+        key = await authenticate_client(call.compiled, call.headers, call.peer, self.clients)
         if key is not None:
             call.key, call.tenant = key, key.tenant
         else:

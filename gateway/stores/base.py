@@ -75,7 +75,8 @@ class Admission(msgspec.Struct, frozen=True):
 
     tenant: str
     request_id: str
-    """Unique per request: names the concurrency lease and the settle marker."""
+    """Unique per request: names the concurrency lease and the settle marker. Empty for a bare hit
+    (``gateway.client_limits``: requests rules only, never settled)."""
     rules: tuple[LimitRule, ...]
     budgets: tuple[BudgetRule, ...]
     reserve_tokens: int

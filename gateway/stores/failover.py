@@ -97,7 +97,7 @@ class FailoverStore:
             if self.mode == "fail_closed":
                 raise
         decision = await self._use_fallback("admit", lambda: self.fallback.admit(admission))
-        if decision.allowed:
+        if decision.allowed and admission.request_id:  # no id: a bare hit, nothing to settle
             self._fallback_ids[admission.request_id] = None
             while len(self._fallback_ids) > _MAX_TRACKED_IDS:
                 self._fallback_ids.popitem(last=False)

@@ -179,6 +179,13 @@ class Metrics:
             ("reason",),
             registry=r,
         )
+        self.client_rate_limited = Counter(
+            "switchyard_client_rate_limited",
+            "Unauthenticated requests refused per client address, by reason (auth_failures: past the "
+            "failed-authentication bound; open_routes: past the /metrics and /openapi.json bound).",
+            ("reason",),
+            registry=r,
+        )
         self.store_fallbacks = Counter(
             "switchyard_store_fallbacks",
             "Store operations answered by the local fallback because Redis failed.",
@@ -214,6 +221,10 @@ class Metrics:
     def count_rejection(self, reason: str) -> None:
         """A request the limits refused (``requests``, ``tokens``, ``concurrency``, ``budget``)."""
         self.rate_limited.labels(reason).inc()
+
+    def count_client_refusal(self, reason: str) -> None:
+        """A client refused by the limits on unauthenticated work (``auth_failures``, ``open_routes``)."""
+        self.client_rate_limited.labels(reason).inc()
 
     def count_store_fallback(self, reason: str) -> None:
         """The store fell back to its local limiter (Redis failed) or came back."""

@@ -83,6 +83,7 @@ class GatewayServer:
             http=guarded_protocol(self.settings.header_read_timeout_s),  # what `switchyard serve` runs
             log_level="warning",
             access_log=False,
+            proxy_headers=False,  # as `switchyard serve`: X-Forwarded-For only per the policy
             lifespan="on",
             timeout_graceful_shutdown=self.settings.drain_timeout_s,  # type: ignore[arg-type]  # a float works
         )

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import AuthenticationFailed, InvalidRequest
+from gateway.client_limits import ClientLimiter
+from gateway.errors import AuthenticationFailed, InvalidRequest, RateLimited
 from gateway.stages.auth import Authenticate
+from gateway.stores import MemoryStore
 from tests.support.calls import USER_HI, api_key, build_call, compile_doc, policy_doc
 
 KEY, STANZA = api_key("acme", name="ci")
@@ -70,3 +72,26 @@ async def test_a_null_priority_is_dropped_and_a_non_integer_refused() -> None:
     with pytest.raises(InvalidRequest) as raised:
         await Authenticate()(call)
     assert raised.value.code == "invalid_value"
+
+
+async def test_failures_count_against_the_client_and_a_valid_key_is_never_refused() -> None:
+    compiled = compile_doc(
+        policy_doc(
+            auth={"required": True}, keys=[STANZA], limits={"unauthenticated": {"failed_auths_per_minute": 1}}
+        )
+    )
+    clients = ClientLimiter(MemoryStore())
+    wrong = {"Authorization": "Bearer sk-sy-unknown"}
+    first = build_call(compiled, headers=wrong, authenticated=False)
+    first.peer = "203.0.113.7"
+    with pytest.raises(AuthenticationFailed):
+        await Authenticate(clients)(first)
+    second = build_call(compiled, headers=wrong, authenticated=False)
+    second.peer = "203.0.113.7"
+    with pytest.raises(RateLimited) as raised:
+        await Authenticate(clients)(second)
+    assert raised.value.code == "too_many_auth_failures"
+    valid = build_call(compiled, key=KEY, authenticated=False)
+    valid.peer = "203.0.113.7"
+    await Authenticate(clients)(valid)
+    assert valid.tenant == "acme"

@@ -31,7 +31,9 @@ class ModelRunner:
     layers slide comes from ``model.config.layer_types``: all of them when it names none.
     ``num_sliding_blocks``: the sliding layers' own pool (two KV groups); None puts every layer's K/V
     in the one pool of ``num_blocks``.
-    ``quantization``: "int8" turns the decoder's GEMM weights to int8 (``quantize_linears``)."""
+    ``quantization``: "int8" or "int4" turns the decoder's GEMM weights to that (``prepare_linears``).
+    ``kv_cache_dtype``: "int8" or "fp8" stores K/V as one-byte codes with a scale per row
+    (``layers/kv_quant.py``); "auto" in the model's dtype."""
 
     def __init__(
         self,

@@ -9,6 +9,10 @@ the same sliding 60 s window, exact across replicas sharing one Redis, in this p
 default, and a failing Redis does what ``store.on_failure`` says (``fail_open``: counted in this
 process meanwhile; ``fail_closed``: 503). A hit has no request id: nothing to lease or settle.
 
+Requests to the open endpoints are counted per replica, in this process, whatever the store: each
+replica's ``/metrics`` is scraped on its own (a shared bound would throttle one Prometheus scraping N
+replicas), the bound protects this replica's CPU, and a scrape must answer while Redis is down.
+
 Only failures are counted, after the key was looked up: a valid key from a client past its bound still
 passes (the bound is on guessing, not on the client), and a valid request never waits on the store for
 this. A failure past the bound is a 429 ``too_many_auth_failures`` with Retry-After; the client is
@@ -23,7 +27,7 @@ from collections.abc import Callable, Mapping
 
 from gateway.compiled import CompiledPolicy
 from gateway.errors import RateLimited, ServiceUnavailable
-from gateway.stores import Admission, LimitRule, Store, StoreUnavailable
+from gateway.stores import Admission, LimitRule, MemoryStore, Store, StoreUnavailable
 
 __all__ = ["AUTH_FAILURES", "OPEN_ROUTES", "ClientLimiter"]
 
@@ -43,7 +47,9 @@ class ClientLimiter:
     """Counts failed authentications and open-endpoint requests per client (see the module docstring).
 
     Args:
-        store: the limits store (``gateway.shared_state.build_store``), shared with the limits stage.
+        store: the limits store (``gateway.shared_state.build_store``), shared with the limits stage:
+            failed authentications are counted there.
+        local: this replica's own store, for the open endpoints (default a fresh ``MemoryStore``).
         clock: Unix seconds (replicas sharing a Redis must share the clock's epoch).
         on_refuse: called with the scope (``auth_failures``, ``open_routes``) of each refusal, for a
             metric.
@@ -54,11 +60,13 @@ class ClientLimiter:
         self,
         store: Store,
         *,
+        local: Store | None = None,
         clock: Callable[[], float] = time.time,
         on_refuse: Callable[[str], None] | None = None,
         max_refused: int = 65_536,
     ) -> None:
         self.store = store
+        self.local = local if local is not None else MemoryStore()
         self.clock = clock
         self.on_refuse = on_refuse
         self.max_refused = max_refused
@@ -104,7 +112,8 @@ class ClientLimiter:
             month=_NO_MONTH,
         )
         try:
-            decision = await self.store.admit(admission)
+            store = self.local if scope == OPEN_ROUTES else self.store
+            decision = await store.admit(admission)
         except StoreUnavailable as e:  # fail_closed: what cannot be counted is refused
             raise ServiceUnavailable(
                 "Rate-limit store unavailable; try again shortly.",

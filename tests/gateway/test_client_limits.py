@@ -121,6 +121,22 @@ async def test_open_routes_have_their_own_bound(store: Store) -> None:
     assert await _failures(limiter, compiled, "203.0.113.7", 2) == [401, 429]  # a window of its own
 
 
+@pytest.mark.parametrize("mode", ["fail_open", "fail_closed"])
+async def test_open_routes_are_counted_per_replica_and_answer_while_the_store_is_down(mode: str) -> None:
+    """Each replica's /metrics is scraped on its own: its bound is this process's, never the store's."""
+    fallbacks: list[str] = []
+    down = FailoverStore(DownStore(), MemoryStore(), mode=mode, on_fallback=fallbacks.append)  # type: ignore[arg-type]
+    replicas = [ClientLimiter(down, clock=Clock()) for _ in range(2)]
+    compiled = _compiled(requests_per_minute=2)
+    for limiter in replicas:  # two each: a shared bound would refuse the second replica's
+        await limiter.count_request(compiled, "203.0.113.7", NO_HEADERS)
+        await limiter.count_request(compiled, "203.0.113.7", NO_HEADERS)
+        with pytest.raises(RateLimited):
+            await limiter.count_request(compiled, "203.0.113.7", NO_HEADERS)
+    assert fallbacks == []  # the shared store was never asked
+    await down.close()
+
+
 async def test_two_replicas_on_one_redis_share_one_bound(redis_flushed: str) -> None:
     stores: list[Store] = [RedisStore(redis_flushed, timeout_s=2.0) for _ in range(2)]
     stores.append(CreditStore(RedisStore(redis_flushed, timeout_s=2.0), clock=lambda: T0))

@@ -20,6 +20,7 @@ fresh, measured, and stopped before the next. vLLM's CPU build is set up on firs
 (bench/vllm_cpu.py).
 """
 
+# ruff: noqa: E402  (the OpenMP setting below must come before torch is imported)
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The in-process engine gets what backends/__init__.py asks for, set before this script's own torch import
+# (libgomp reads it once, at load) and taken out again so the servers started from here (vLLM's above
+# all) get the environment they would get anywhere else.
+_SET_OMP_WAIT_POLICY = "OMP_WAIT_POLICY" not in os.environ
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import torch
+
+if _SET_OMP_WAIT_POLICY:
+    del os.environ["OMP_WAIT_POLICY"]
 from harness.processes import ProcessSpec, free_port
 from server_workload import markdown_table, measure_server, percentile
 from vllm_cpu import VllmCpu

@@ -1,52 +1,31 @@
-"""Builds ``paged_decode.c`` with the host C compiler once per machine and calls it through ctypes.
+"""Calls ``paged_decode.c`` through ctypes, built once per machine by ``kernels/build.py``.
 
 The kernel reads each decode sequence's K/V in place through its block table, so a decode step costs one
-pass over the live KV instead of a gather copy padded to the longest sequence. Nothing here needs torch's
-C++ toolchain: a plain C file, ``cc -O3 -march=native``, cached under ``$SWITCHYARD_CACHE_DIR`` (default
-``~/.cache/switchyard``) by a hash of the source, flags, compiler and CPU. Where no compiler works, or
-``SWITCHYARD_CPU_KERNELS=0``, ``load()`` returns None and attention uses its torch path.
+pass over the live KV instead of a gather copy padded to the longest sequence. Where no compiler works,
+or ``SWITCHYARD_CPU_KERNELS=0``, ``load()`` returns None and attention uses its torch path.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import logging
-import os
-import platform
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
 
 from backends.engine.kernels import KV_SCALE_BYTES as SCALE_BYTES
 from backends.engine.kernels import cpu_kernels_enabled
+from backends.engine.kernels.build import build
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("paged_decode.c")
-FLAGS = (
-    "-O3",
-    "-march=native",
-    "-fno-math-errno",
-    "-fassociative-math",
-    "-fno-signed-zeros",
-    "-fno-trapping-math",
-    "-freciprocal-math",
-    "-fPIC",
-    "-shared",
-    "-pthread",
-)
-"""Reassociation lets the dot products vectorise; no -ffast-math, whose crtfastmath would flip the whole
-process's denormal mode at load time."""
 DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 KV_DTYPES = {torch.int8: 1, torch.float8_e4m3fn: 2}
 """Quantized caches the kernel reads in place (code times the row's scale, ``layers/kv_quant.py``); code 0
 is K/V in q's dtype."""
-BUILD_TIMEOUT_S = 120
 
 
 class CpuDecodeKernel:
@@ -137,60 +116,7 @@ def load() -> CpuDecodeKernel | None:
     if not cpu_kernels_enabled():
         return None
     try:
-        return CpuDecodeKernel(ctypes.CDLL(str(_build())))
+        return CpuDecodeKernel(ctypes.CDLL(str(build(SOURCE))))
     except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
         log.warning("CPU decode kernel unavailable, using the torch path: %s", exc)
         return None
-
-
-def _build() -> Path:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise RuntimeError("no C compiler (cc or gcc) on PATH")
-    version = subprocess.run(
-        [compiler, "--version"], capture_output=True, text=True, timeout=30, check=True
-    ).stdout
-    key = hashlib.sha256(
-        b"\0".join(
-            part.encode()
-            for part in (SOURCE.read_text(), " ".join(FLAGS), version, platform.machine(), _cpu_model())
-        )
-    ).hexdigest()[:16]
-    target = _cache_dir() / f"paged_decode-{key}.so"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
-    try:
-        result = subprocess.run(
-            [compiler, *FLAGS, str(SOURCE), "-o", tmp, "-lm"],
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT_S,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"{compiler} failed: {result.stderr.strip()[:500]}")
-        os.replace(tmp, target)  # atomic: concurrent builders each install a whole file
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    log.info("built the CPU decode kernel: %s", target)
-    return target
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("SWITCHYARD_CACHE_DIR")
-    if root:
-        return Path(root) / "kernels"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return Path(xdg or Path.home() / ".cache") / "switchyard" / "kernels"
-
-
-def _cpu_model() -> str:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor()
-    first = {line.split(":")[0].strip(): line for line in reversed(lines)}
-    return first.get("model name", "") + first.get("flags", "")

@@ -254,6 +254,128 @@ static ItemFn fixed_fn(const Job *j) {
     return row < 0 ? NULL : FIXED_FNS[row][G - 1];
 }
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+/* With AVX-512 (fp32 or bf16 K/V in q's dtype, head_dim a multiple of 16): the group's query heads sit in
+ * registers, each K row is loaded once as head_dim / 16 vectors (bf16 widened by a shift) and dotted with
+ * every head of the group, and each V row is added into G x head_dim / 16 register accumulators. The
+ * portable loops above leave this to the compiler, which spends several times the instructions per key. */
+static inline __attribute__((always_inline)) __m512 load16(const void *p, const int is_bf16) {
+    if (is_bf16)
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+    return _mm512_loadu_ps(p);
+}
+
+static inline __attribute__((always_inline)) void run_item_avx512(const Job *j, int item, float *scores,
+                                                                  float *tmp, const int D, const int G,
+                                                                  const int is_bf16) {
+    const int C = D / 16, esz = is_bf16 ? 2 : 4;
+    const int nkv = j->num_kv_heads, bs = j->block_size;
+    const int s = item / nkv, h = item % nkv;
+    const int len = j->lens[s];
+    const int start = j->window > 0 && len > j->window ? len - j->window : 0; /* first key in the window */
+    const int L = len - start;
+    const int first_block = start / bs;
+    const int num_blocks = (len + bs - 1) / bs;
+    const int64_t qoff = ((int64_t)s * j->num_heads + (int64_t)h * G) * D;
+    const int64_t *table = j->tables + (int64_t)s * j->max_blocks;
+    const int64_t head_bytes = (int64_t)h * j->num_slots * D * esz, row_bytes = (int64_t)D * esz;
+    const char *kbase = (const char *)j->k + head_bytes, *vbase = (const char *)j->v + head_bytes;
+    const char *qbase = (const char *)j->q + qoff * esz;
+    const __m512 scale = _mm512_set1_ps(j->scale);
+    __m512 q[G][C];
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < C; c++) q[g][c] = _mm512_mul_ps(load16(qbase + (g * D + c * 16) * esz, is_bf16), scale);
+    for (int b = first_block; b < num_blocks; b++) {
+        const int lo = b == first_block ? start - b * bs : 0;
+        const int n = b == num_blocks - 1 ? len - b * bs : bs;
+        const int base = b * bs - start;
+        const char *row = kbase + (table[b] * bs + lo) * row_bytes;
+        /* a block is a page or less, and the hardware prefetcher stops at pages: fetch the next one's
+         * rows (or this item's first V rows) while this one is dotted */
+        const char *ahead = b + 1 < num_blocks ? kbase + table[b + 1] * bs * row_bytes
+                                               : vbase + (table[first_block] * bs) * row_bytes;
+        for (int o = lo; o < n; o++, row += row_bytes) {
+            for (int line = 0; line < row_bytes; line += 64) _mm_prefetch(ahead + o * row_bytes + line, _MM_HINT_T0);
+            __m512 k[C];
+            for (int c = 0; c < C; c++) k[c] = load16(row + c * 16 * esz, is_bf16);
+            for (int g = 0; g < G; g++) {
+                __m512 a = _mm512_mul_ps(q[g][0], k[0]);
+                for (int c = 1; c < C; c++) a = _mm512_fmadd_ps(q[g][c], k[c], a);
+                scores[g * L + base + o] = _mm512_reduce_add_ps(a);
+            }
+        }
+    }
+    float inv_sum[G];
+    softmax_rows(scores, L, G, inv_sum);
+    __m512 acc[G][C];
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < C; c++) acc[g][c] = _mm512_setzero_ps();
+    for (int b = first_block; b < num_blocks; b++) {
+        const int lo = b == first_block ? start - b * bs : 0;
+        const int n = b == num_blocks - 1 ? len - b * bs : bs;
+        const int base = b * bs - start;
+        const char *row = vbase + (table[b] * bs + lo) * row_bytes;
+        const char *ahead = b + 1 < num_blocks ? vbase + table[b + 1] * bs * row_bytes : NULL;
+        for (int o = lo; o < n; o++, row += row_bytes) {
+            if (ahead)
+                for (int line = 0; line < row_bytes; line += 64) _mm_prefetch(ahead + o * row_bytes + line, _MM_HINT_T0);
+            __m512 v[C];
+            for (int c = 0; c < C; c++) v[c] = load16(row + c * 16 * esz, is_bf16);
+            for (int g = 0; g < G; g++) {
+                const __m512 p = _mm512_set1_ps(scores[g * L + base + o]);
+                for (int c = 0; c < C; c++) acc[g][c] = _mm512_fmadd_ps(p, v[c], acc[g][c]);
+            }
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        const __m512 inv = _mm512_set1_ps(inv_sum[g]);
+        for (int c = 0; c < C; c++) {
+            const __m512 o = _mm512_mul_ps(acc[g][c], inv);
+            if (is_bf16)
+                _mm512_storeu_ps(tmp + c * 16, o);
+            else
+                _mm512_storeu_ps((float *)j->out + qoff + g * D + c * 16, o);
+        }
+        if (is_bf16)
+            for (int d = 0; d < D; d++) ((uint16_t *)j->out)[qoff + g * D + d] = f32_to_bf16(tmp[d]);
+    }
+}
+
+#define AVX(D_, G_)                                                                                    \
+    static void avx_##D_##_##G_##_f32(const Job *j, int item, float *scores, float *qs, float *acc) {  \
+        (void)qs;                                                                                      \
+        run_item_avx512(j, item, scores, acc, D_, G_, 0);                                              \
+    }                                                                                                  \
+    static void avx_##D_##_##G_##_bf16(const Job *j, int item, float *scores, float *qs, float *acc) { \
+        (void)qs;                                                                                      \
+        run_item_avx512(j, item, scores, acc, D_, G_, 1);                                              \
+    }
+#define AVX_GROUPS(D_) AVX(D_, 1) AVX(D_, 2) AVX(D_, 3) AVX(D_, 4) AVX(D_, 5) AVX(D_, 6) AVX(D_, 7) AVX(D_, 8)
+AVX_GROUPS(32)
+AVX_GROUPS(64)
+AVX_GROUPS(128)
+#define AVX_ROW(D_, T_)                                                                                \
+    {avx_##D_##_1_##T_, avx_##D_##_2_##T_, avx_##D_##_3_##T_, avx_##D_##_4_##T_,                       \
+     avx_##D_##_5_##T_, avx_##D_##_6_##T_, avx_##D_##_7_##T_, avx_##D_##_8_##T_}
+static const ItemFn AVX_FNS[2][3][8] = {{AVX_ROW(32, f32), AVX_ROW(64, f32), AVX_ROW(128, f32)},
+                                        {AVX_ROW(32, bf16), AVX_ROW(64, bf16), AVX_ROW(128, bf16)}};
+
+static ItemFn avx512_fn(const Job *j) {
+    const int G = j->num_heads / j->num_kv_heads, D = j->head_dim;
+    if (j->kv_dtype != KV_AS_Q || G < 1 || G > 8) return NULL;
+    const int row = D == 32 ? 0 : D == 64 ? 1 : D == 128 ? 2 : -1;
+    return row < 0 ? NULL : AVX_FNS[j->is_bf16 ? 1 : 0][row][G - 1];
+}
+#else
+static ItemFn avx512_fn(const Job *j) {
+    (void)j;
+    return NULL;
+}
+#endif
+
 /* The general case: any head and group size. */
 static void run_item(const Job *j, int item, float *scores, float *qbuf, float *acc) {
     const int nkv = j->num_kv_heads, D = j->head_dim, bs = j->block_size;
@@ -301,7 +423,8 @@ static void *run_range(void *arg) {
     float *scores = (float *)malloc(sizeof(float) * G * (size_t)j->max_len);
     float *q = (float *)malloc(sizeof(float) * G * D);
     float *acc = (float *)malloc(sizeof(float) * G * D);
-    const ItemFn fixed = fixed_fn(j);
+    const ItemFn avx = avx512_fn(j);
+    const ItemFn fixed = avx ? avx : fixed_fn(j);
     if (scores && q && acc) {
         for (int item = j->begin; item < j->end; item++) {
             if (fixed)

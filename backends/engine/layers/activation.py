@@ -6,9 +6,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from backends.engine.kernels import cpu_pointwise
+
 
 class SiluAndMul(nn.Module):
+    """SiLU(gate) * up; on the CPU in one pass (``kernels/pointwise.c``): torch's two ops read and write
+    the prefill's megabyte-sized gate|up three times."""
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kernel = cpu_pointwise.load()
+        if kernel is not None and kernel.supports(x):
+            return kernel.silu_and_mul(x)
+        return self.reference(x)
+
+    @staticmethod
+    def reference(x: torch.Tensor) -> torch.Tensor:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
 

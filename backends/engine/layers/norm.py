@@ -1,18 +1,39 @@
-"""RMSNorm, computed in fp32 like Hugging Face's so outputs match bit for bit in fp32."""
+"""RMSNorm, computed in fp32 like Hugging Face's; on the CPU one pass per row (``kernels/pointwise.c``),
+with the residual add before it fused in."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from backends.engine.kernels import cpu_pointwise
+
 
 class RMSNorm(nn.Module):
+    """Llama's: normalised in fp32, cast to the model's dtype, then times the weight."""
+
     def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size), requires_grad=False)
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kernel = cpu_pointwise.load()
+        if kernel is not None and kernel.supports(x, self.weight):
+            return kernel.rms_norm(x, self.weight, self.eps)
+        return self.reference(x)
+
+    def add_and_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder's residual step: ``residual += x`` in place (in the model's dtype, as
+        ``h = h + x`` rounds it), then the norm of that sum; returns (normed, residual)."""
+        kernel = cpu_pointwise.load()
+        if kernel is not None and kernel.supports(x, residual, self.weight):
+            return kernel.rms_norm(x, self.weight, self.eps, residual), residual
+        residual.add_(x)
+        return self.reference(residual), residual
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        """The torch ops, as transformers' LlamaRMSNorm; what the kernel is tested against."""
         dtype = x.dtype
         h = x.to(torch.float32)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)

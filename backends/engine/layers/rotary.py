@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from backends.engine.kernels import cpu_pointwise
+
 
 def compute_inv_freq(
     head_dim: int, base: float, scaling: dict[str, Any] | None
@@ -81,6 +83,28 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("sin", emb.sin() * attention_scaling, persistent=False)
 
         self._cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._checked: torch.Tensor | None = None
+        """The last positions tensor found within the table (each layer of a step passes the same)."""
+
+    def rotate_in_place(self, positions: torch.Tensor, x: torch.Tensor, num_heads: int) -> bool:
+        """Rotates the first ``num_heads`` heads of each row of x ([tokens, row]: a fused q|k|v output,
+        q's heads then k's) in place with the CPU kernel, one pass; False (x untouched) where the kernel
+        does not apply, and ``forward`` is the way."""
+        kernel = cpu_pointwise.load()
+        if (
+            kernel is None
+            or x.dim() != 2
+            or positions.dtype != torch.long
+            or not kernel.supports(x, self.cos, self.sin)
+            or not positions.is_contiguous()
+        ):
+            return False
+        if self._checked is not positions:  # the kernel indexes the table without bounds checks
+            if positions.numel() and not 0 <= int(positions.min()) <= int(positions.max()) < len(self.cos):
+                raise IndexError(f"a position outside the rotary table of {len(self.cos)}")
+            self._checked = positions
+        kernel.rotary(x, positions, self.cos, self.sin, num_heads, self.cos.shape[-1])
+        return True
 
     def forward(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor

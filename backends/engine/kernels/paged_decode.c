@@ -151,14 +151,13 @@ static inline __attribute__((always_inline)) void add_row(const Job *j, const vo
     }
 }
 
-/* exp(x) for x <= 0 (scores minus their max): Cephes' range reduction and polynomial, vectorisable. */
+/* exp(x) for x <= 0 (scores minus their max): Cephes' range reduction and polynomial, branch-free so the
+ * softmax loop vectorises. */
 static inline float exp_nonpos(float x) {
-    if (x < -87.0f) x = -87.0f;
-    float fx = x * 1.44269504088896341f + 0.5f;
-    float n = (float)(int)fx;
-    if (n > fx) n -= 1.0f; /* floor */
-    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float r2 = r * r;
+    x = x < -87.0f ? -87.0f : x;
+    const float n = floorf(x * 1.44269504088896341f + 0.5f);
+    const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    const float r2 = r * r;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
@@ -166,7 +165,7 @@ static inline float exp_nonpos(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r2 + r + 1.0f;
-    int32_t e = ((int32_t)n + 127) << 23;
+    const int32_t e = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &e, 4);
     return p * scale;
@@ -175,12 +174,16 @@ static inline float exp_nonpos(float x) {
 /* Each of the G rows of L scores becomes exp(score - row max), unnormalised; inv_sum[g] = 1 / row sum. */
 static inline __attribute__((always_inline)) void softmax_rows(float *scores, int L, int G, float *inv_sum) {
     for (int g = 0; g < G; g++) {
-        float *sg = scores + g * L, m = -INFINITY, sum = 0.0f;
-        for (int t = 0; t < L; t++) m = sg[t] > m ? sg[t] : m;
-        for (int t = 0; t < L; t++) {
-            sg[t] = exp_nonpos(sg[t] - m);
-            sum += sg[t];
-        }
+        float *sg = scores + g * L, m = -INFINITY, sum = 0.0f, lanes[16];
+        int t = 0;
+        for (int i = 0; i < 16; i++) lanes[i] = -INFINITY;
+        for (; t + 16 <= L; t += 16) /* lane-wise, so it vectorises (a max reduction does not, without */
+            for (int i = 0; i < 16; i++) /* -ffinite-math-only) */
+                lanes[i] = sg[t + i] > lanes[i] ? sg[t + i] : lanes[i];
+        for (; t < L; t++) m = sg[t] > m ? sg[t] : m;
+        for (int i = 0; i < 16; i++) m = lanes[i] > m ? lanes[i] : m;
+        for (t = 0; t < L; t++) sg[t] = exp_nonpos(sg[t] - m);
+        for (t = 0; t < L; t++) sum += sg[t];
         inv_sum[g] = 1.0f / sum;
     }
 }
@@ -285,7 +288,7 @@ static inline __attribute__((always_inline)) void run_item_avx512(const Job *j, 
     const char *kbase = (const char *)j->k + head_bytes, *vbase = (const char *)j->v + head_bytes;
     const char *qbase = (const char *)j->q + qoff * esz;
     const __m512 scale = _mm512_set1_ps(j->scale);
-    __m512 q[G][C];
+    __m512 q[8][8]; /* fixed sizes, not [G][C]: a variable-length array would live on the stack */
     for (int g = 0; g < G; g++)
         for (int c = 0; c < C; c++) q[g][c] = _mm512_mul_ps(load16(qbase + (g * D + c * 16) * esz, is_bf16), scale);
     for (int b = first_block; b < num_blocks; b++) {
@@ -299,7 +302,7 @@ static inline __attribute__((always_inline)) void run_item_avx512(const Job *j, 
                                                : vbase + (table[first_block] * bs) * row_bytes;
         for (int o = lo; o < n; o++, row += row_bytes) {
             for (int line = 0; line < row_bytes; line += 64) _mm_prefetch(ahead + o * row_bytes + line, _MM_HINT_T0);
-            __m512 k[C];
+            __m512 k[8];
             for (int c = 0; c < C; c++) k[c] = load16(row + c * 16 * esz, is_bf16);
             for (int g = 0; g < G; g++) {
                 __m512 a = _mm512_mul_ps(q[g][0], k[0]);
@@ -308,9 +311,9 @@ static inline __attribute__((always_inline)) void run_item_avx512(const Job *j, 
             }
         }
     }
-    float inv_sum[G];
+    float inv_sum[8];
     softmax_rows(scores, L, G, inv_sum);
-    __m512 acc[G][C];
+    __m512 acc[8][8];
     for (int g = 0; g < G; g++)
         for (int c = 0; c < C; c++) acc[g][c] = _mm512_setzero_ps();
     for (int b = first_block; b < num_blocks; b++) {
@@ -322,7 +325,7 @@ static inline __attribute__((always_inline)) void run_item_avx512(const Job *j, 
         for (int o = lo; o < n; o++, row += row_bytes) {
             if (ahead)
                 for (int line = 0; line < row_bytes; line += 64) _mm_prefetch(ahead + o * row_bytes + line, _MM_HINT_T0);
-            __m512 v[C];
+            __m512 v[8];
             for (int c = 0; c < C; c++) v[c] = load16(row + c * 16 * esz, is_bf16);
             for (int g = 0; g < G; g++) {
                 const __m512 p = _mm512_set1_ps(scores[g * L + base + o]);

@@ -39,13 +39,14 @@ from typing import Any
 # The in-process engine gets what backends/__init__.py asks for, set before this script's own torch import
 # (libgomp reads it once, at load) and taken out again so the servers started from here (vLLM's above
 # all) get the environment they would get anywhere else.
-_SET_OMP_WAIT_POLICY = "OMP_WAIT_POLICY" not in os.environ
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+_OMP_SET_HERE = "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ
+if _OMP_SET_HERE:
+    os.environ["GOMP_SPINCOUNT"] = "10000"
 
 import torch
 
-if _SET_OMP_WAIT_POLICY:
-    del os.environ["OMP_WAIT_POLICY"]
+if _OMP_SET_HERE:
+    del os.environ["GOMP_SPINCOUNT"]
 from harness.processes import ProcessSpec, free_port
 from server_workload import markdown_table, measure_server, percentile
 from vllm_cpu import VllmCpu

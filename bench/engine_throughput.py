@@ -20,7 +20,6 @@ fresh, measured, and stopped before the next. vLLM's CPU build is set up on firs
 (bench/vllm_cpu.py).
 """
 
-# ruff: noqa: E402  (the OpenMP setting below must come before torch is imported)
 from __future__ import annotations
 
 import argparse
@@ -32,21 +31,13 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# The in-process engine gets what backends/__init__.py asks for, set before this script's own torch import
-# (libgomp reads it once, at load) and taken out again so the servers started from here (vLLM's above
-# all) get the environment they would get anywhere else.
-_OMP_SET_HERE = "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ
-if _OMP_SET_HERE:
-    os.environ["GOMP_SPINCOUNT"] = "10000"
-
+import engine_breakdown
 import torch
-
-if _OMP_SET_HERE:
-    del os.environ["GOMP_SPINCOUNT"]
 from harness.processes import ProcessSpec, free_port
 from server_workload import markdown_table, measure_server, percentile
 from vllm_cpu import VllmCpu
@@ -99,31 +90,17 @@ def run_engine(args: argparse.Namespace, work: Workload) -> dict[str, object]:
             num_threads=args.threads,
         )
     )
-    bs = engine.block_manager.block_size
     start = time.perf_counter()
     for i, (prompt, out_len) in enumerate(zip(work.prompts, work.output_lens, strict=True)):
         engine.add_request(str(i), prompt, SamplingParams(temperature=0, max_tokens=out_len, ignore_eos=True))
     first: dict[str, float] = {}
     done: dict[str, float] = {}
     peak_blocks, waste_at_peak, num_steps = 0, 0.0, 0
-    while engine.has_unfinished_requests():
-        outputs = engine.step()
-        now = time.perf_counter() - start
-        num_steps += 1
-        for out in outputs:
-            first.setdefault(out.request_id, now)
-            if out.finished:
-                done[out.request_id] = now
-        filled: dict[int, int] = {}
-        for seq in engine.scheduler.running:
-            for i, block_id in enumerate(seq.block_table):
-                if block_id < 0:  # freed: a sliding window passed it
-                    continue
-                used = min(bs, max(0, seq.num_computed_tokens - i * bs))
-                filled[block_id] = max(filled.get(block_id, 0), used)
-        if len(filled) > peak_blocks:
-            peak_blocks = len(filled)
-            waste_at_peak = 1 - sum(filled.values()) / (len(filled) * bs)
+    with ExitStack() as stack:
+        seconds = stack.enter_context(engine_breakdown.timing()) if args.breakdown else None
+        while engine.has_unfinished_requests():
+            num_steps += 1
+            peak_blocks, waste_at_peak = step_once(engine, start, first, done, peak_blocks, waste_at_peak)
     wall_s = time.perf_counter() - start
     num_out = sum(work.output_lens)
     tpot = [
@@ -157,7 +134,40 @@ def run_engine(args: argparse.Namespace, work: Workload) -> dict[str, object]:
         "num_preemptions": engine.stats().num_preemptions,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
         "threads": torch.get_num_threads(),
+        **(
+            {}
+            if seconds is None
+            else {"seconds_in": {k: round(v, 2) for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])}}
+        ),
     }
+
+
+def step_once(
+    engine: LLMEngine,
+    start: float,
+    first: dict[str, float],
+    done: dict[str, float],
+    peak_blocks: int,
+    waste_at_peak: float,
+) -> tuple[int, float]:
+    """One engine step: records first and last token times, returns the KV peak (blocks, waste) so far."""
+    bs = engine.block_manager.block_size
+    outputs = engine.step()
+    now = time.perf_counter() - start
+    for out in outputs:
+        first.setdefault(out.request_id, now)
+        if out.finished:
+            done[out.request_id] = now
+    filled: dict[int, int] = {}
+    for seq in engine.scheduler.running:
+        for i, block_id in enumerate(seq.block_table):
+            if block_id < 0:  # freed: a sliding window passed it
+                continue
+            used = min(bs, max(0, seq.num_computed_tokens - i * bs))
+            filled[block_id] = max(filled.get(block_id, 0), used)
+    if len(filled) > peak_blocks:
+        return len(filled), 1 - sum(filled.values()) / (len(filled) * bs)
+    return peak_blocks, waste_at_peak
 
 
 def run_hf(args: argparse.Namespace, work: Workload) -> dict[str, object]:
@@ -285,12 +295,19 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument("--kv-cache-mib", type=int, default=1024)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="in process: also report seconds in GEMMs, attention, pointwise ops (engine_breakdown.py)",
+    )
     args = parser.parse_args(argv)
     if args.batch_1:
         args.max_num_seqs = 1
         args.num_requests = min(args.num_requests, 8)
     if args.baseline == "vllm-cpu" and (args.model != SMOLLM2_NAME or args.quantization):
         parser.error(f"--baseline vllm-cpu runs {SMOLLM2_NAME} unquantized only")
+    if args.breakdown and (args.through_server or args.baseline):
+        parser.error("--breakdown times the engine in process")
     if args.through_server and args.baseline in ("hf-static8", "hf-single"):
         parser.error("--through-server measures servers; the hf baselines run in process")
     work = Workload.build(args.num_requests, args.seed, VOCAB[args.model])

@@ -33,6 +33,10 @@ FLAGS = (
 )
 """Reassociation lets reductions vectorise; no -ffast-math, whose crtfastmath would flip the whole
 process's denormal mode at load time."""
+OPENMP = ("-fopenmp",)
+"""The kernels split their work with OpenMP, and the library links ``libgomp.so.1``: loaded after torch
+(the engine imports torch first), that name resolves to the libgomp torch already loaded, so the
+kernels run on torch's own worker threads instead of starting threads that compete with them."""
 BUILD_TIMEOUT_S = 120
 
 
@@ -48,7 +52,7 @@ def build(source: Path) -> Path:
     key = hashlib.sha256(
         b"\0".join(
             part.encode()
-            for part in (source.read_text(), " ".join(FLAGS), version, platform.machine(), _cpu_model())
+            for part in (source.read_text(), " ".join(FLAGS + OPENMP), version, platform.machine(), _cpu_model())
         )
     ).hexdigest()[:16]
     target = cache_dir() / f"{source.stem}-{key}.so"
@@ -58,12 +62,15 @@ def build(source: Path) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        result = subprocess.run(
-            [compiler, *FLAGS, str(source), "-o", tmp, "-lm"],
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT_S,
-        )
+        for extra in (OPENMP, ()):  # without OpenMP (a compiler lacking it), the kernels start pthreads
+            result = subprocess.run(
+                [compiler, *FLAGS, *extra, str(source), "-o", tmp, "-lm"],
+                capture_output=True,
+                text=True,
+                timeout=BUILD_TIMEOUT_S,
+            )
+            if result.returncode == 0:
+                break
         if result.returncode != 0:
             raise RuntimeError(f"{compiler} failed: {result.stderr.strip()[:500]}")
         os.replace(tmp, target)  # atomic: concurrent builders each install a whole file

@@ -15,6 +15,9 @@
  */
 #include <math.h>
 #include <pthread.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -466,6 +469,17 @@ int paged_decode(const void *q, const void *k_cache, const void *v_cache, const 
         run_range(&base);
         return 0;
     }
+#ifdef _OPENMP /* torch's own OpenMP pool (the process has one libgomp): no thread to start, none to fight */
+#pragma omp parallel num_threads(num_threads)
+    {
+        Job job = base;
+        const int i = omp_get_thread_num(), n = omp_get_num_threads();
+        job.begin = (int)((int64_t)items * i / n);
+        job.end = (int)((int64_t)items * (i + 1) / n);
+        run_range(&job);
+    }
+    return 0;
+#endif
     Job jobs[64];
     pthread_t threads[64];
     if (num_threads > 64) num_threads = 64;

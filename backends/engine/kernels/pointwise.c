@@ -16,6 +16,9 @@
  */
 #include <math.h>
 #include <pthread.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stdint.h>
 #include <string.h>
 
@@ -84,6 +87,14 @@ static void parallel_rows(RowFn fn, const void *args, int64_t rows, int64_t row_
         fn(args, 0, rows);
         return;
     }
+#ifdef _OPENMP /* torch's own OpenMP pool (the process has one libgomp): no thread to start, none to fight */
+#pragma omp parallel num_threads(num_threads)
+    {
+        const int i = omp_get_thread_num(), n = omp_get_num_threads();
+        fn(args, rows * i / n, rows * (i + 1) / n);
+    }
+    return;
+#endif
     Span spans[MAX_THREADS];
     pthread_t threads[MAX_THREADS];
     int started = 0;

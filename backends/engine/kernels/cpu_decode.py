@@ -41,16 +41,19 @@ class CpuDecodeKernel:
             ctypes.c_int64,
             ctypes.c_float,
             *(ctypes.c_int,) * 4,
+            ctypes.c_int64,
         ]
         self._fn = fn
 
     @staticmethod
     def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
+        """q on the CPU in fp32 or bf16, each token's heads contiguous (the tokens may be rows of a wider
+        tensor, such as q of a fused q|k|v output); the cache contiguous."""
         return (
             q.device.type == "cpu"
             and q.dtype in DTYPES
             and (k_cache.dtype == q.dtype or k_cache.dtype in KV_DTYPES)
-            and q.is_contiguous()
+            and _heads_contiguous(q)
             and k_cache.is_contiguous()
         )
 
@@ -66,9 +69,10 @@ class CpuDecodeKernel:
         out: torch.Tensor,
         window: int | None = None,
     ) -> None:
-        """q, out: [b, heads, dim]; caches: [kv_heads, slots, dim]; blocks: int64 [b, max_blocks];
-        lens: int32 [b]; window: the query (at position lens - 1) sees keys in (lens - 1 - window,
-        lens - 1]; None: all. A quantized cache's rows are [dim codes, 4-byte fp32 scale]."""
+        """q, out: [b, heads, dim] (q's rows may be strided); caches: [kv_heads, slots, dim]; blocks:
+        int64 [b, max_blocks]; lens: int32 [b]; window: the query (at position lens - 1) sees keys in
+        (lens - 1 - window, lens - 1]; None: all. A quantized cache's rows are [dim codes, 4-byte fp32
+        scale]."""
         num_seqs, num_heads, head_dim = q.shape
         num_kv_heads, num_slots, width = k_cache.shape
         max_blocks = blocks.shape[1]
@@ -84,6 +88,7 @@ class CpuDecodeKernel:
             and lens.dtype == torch.int32
             and lens.is_contiguous()
             and out.dtype == q.dtype
+            and _heads_contiguous(q)
         ):
             raise ValueError("paged_decode: unsupported tensor layout")
         rc = self._fn(
@@ -105,9 +110,20 @@ class CpuDecodeKernel:
             kv_dtype,
             window or 0,
             torch.get_num_threads(),
+            q.stride(0),
         )
         if rc != 0:
             raise ValueError("paged_decode: rejected its arguments (lengths or head counts)")
+
+
+def _heads_contiguous(q: torch.Tensor) -> bool:
+    """[tokens, heads, dim] with each token's heads and dims packed (the token stride may be wider)."""
+    return (
+        q.dim() == 3
+        and q.stride(2) == 1
+        and q.stride(1) == q.shape[2]
+        and q.stride(0) >= q.shape[1] * q.shape[2]
+    )
 
 
 @functools.cache

@@ -30,6 +30,7 @@ typedef struct {
     int num_seqs, max_blocks, num_heads, num_kv_heads, head_dim, block_size, max_len, is_bf16, window;
     int kv_dtype; /* KV_AS_Q, KV_INT8 or KV_FP8 */
     int64_t num_slots;
+    int64_t q_stride; /* elements from one sequence's query to the next (its heads are contiguous) */
     float scale;
     int begin, end;
 } Job;
@@ -206,10 +207,11 @@ static inline __attribute__((always_inline)) void run_item_fixed(const Job *j, i
     const int start = j->window > 0 && len > j->window ? len - j->window : 0; /* first key in the window */
     const int L = len - start;
     const int first_block = start / bs;
-    const int64_t qoff = ((int64_t)s * j->num_heads + (int64_t)h * G) * D;
+    const int64_t qoff = ((int64_t)s * j->num_heads + (int64_t)h * G) * D; /* into out */
+    const int64_t qin = (int64_t)s * j->q_stride + (int64_t)h * G * D;     /* into q */
     const int64_t *table = j->tables + (int64_t)s * j->max_blocks;
     float buf[D];
-    for (int i = 0; i < G * D; i++) qs[i] = load_q(j, qoff + i) * j->scale;
+    for (int i = 0; i < G * D; i++) qs[i] = load_q(j, qin + i) * j->scale;
     const int num_blocks = (len + bs - 1) / bs;
     for (int b = first_block; b < num_blocks; b++) {
         const int lo = b == first_block ? start - b * bs : 0;
@@ -285,11 +287,12 @@ static inline __attribute__((always_inline)) void run_item_avx512(const Job *j, 
     const int L = len - start;
     const int first_block = start / bs;
     const int num_blocks = (len + bs - 1) / bs;
-    const int64_t qoff = ((int64_t)s * j->num_heads + (int64_t)h * G) * D;
+    const int64_t qoff = ((int64_t)s * j->num_heads + (int64_t)h * G) * D; /* into out */
+    const int64_t qin = (int64_t)s * j->q_stride + (int64_t)h * G * D;     /* into q */
     const int64_t *table = j->tables + (int64_t)s * j->max_blocks;
     const int64_t head_bytes = (int64_t)h * j->num_slots * D * esz, row_bytes = (int64_t)D * esz;
     const char *kbase = (const char *)j->k + head_bytes, *vbase = (const char *)j->v + head_bytes;
-    const char *qbase = (const char *)j->q + qoff * esz;
+    const char *qbase = (const char *)j->q + qin * esz;
     const __m512 scale = _mm512_set1_ps(j->scale);
     __m512 q[8][8]; /* fixed sizes, not [G][C]: a variable-length array would live on the stack */
     for (int g = 0; g < G; g++)
@@ -390,11 +393,12 @@ static void run_item(const Job *j, int item, float *scores, float *qbuf, float *
     const int len = j->lens[s];
     const int start = j->window > 0 && len > j->window ? len - j->window : 0; /* first key in the window */
     const int L = len - start;
-    const int64_t qoff = ((int64_t)s * j->num_heads + (int64_t)h * G) * D;
+    const int64_t qoff = ((int64_t)s * j->num_heads + (int64_t)h * G) * D; /* into out */
+    const int64_t qin = (int64_t)s * j->q_stride + (int64_t)h * G * D;     /* into q */
     const int64_t *table = j->tables + (int64_t)s * j->max_blocks;
     float buf[MAX_DIM];
 
-    for (int i = 0; i < G * D; i++) qbuf[i] = load_q(j, qoff + i);
+    for (int i = 0; i < G * D; i++) qbuf[i] = load_q(j, qin + i);
 
     /* scores[g * L + i] = q_g . k_(start + i) * scale */
     for (int i = 0; i < L; i++) {
@@ -457,7 +461,7 @@ static void *run_range(void *arg) {
 int paged_decode(const void *q, const void *k_cache, const void *v_cache, const int64_t *tables,
                  const int32_t *lens, void *out, int num_seqs, int max_blocks, int num_heads,
                  int num_kv_heads, int head_dim, int block_size, int64_t num_slots, float scale,
-                 int is_bf16, int kv_dtype, int window, int num_threads) {
+                 int is_bf16, int kv_dtype, int window, int num_threads, int64_t q_stride) {
     if (kv_dtype < KV_AS_Q || kv_dtype > KV_FP8 || (kv_dtype != KV_AS_Q && head_dim % SCALE_BYTES))
         return -1;
     if (window < 0 || num_kv_heads <= 0 || num_heads % num_kv_heads || num_heads / num_kv_heads > MAX_GROUP ||
@@ -471,8 +475,10 @@ int paged_decode(const void *q, const void *k_cache, const void *v_cache, const 
     const int items = num_seqs * num_kv_heads;
     if (num_threads < 1) num_threads = 1;
     if (num_threads > items) num_threads = items > 0 ? items : 1;
-    Job base = {q, k_cache, v_cache, tables, lens, out, num_seqs, max_blocks, num_heads, num_kv_heads,
-                head_dim, block_size, max_len, is_bf16, window, kv_dtype, num_slots, scale, 0, items};
+    if (q_stride < (int64_t)num_heads * head_dim) return -1;
+    Job base = {q,         k_cache, v_cache,      tables,     lens,         out,       num_seqs,
+                max_blocks, num_heads, num_kv_heads, head_dim, block_size, max_len,  is_bf16,
+                window,    kv_dtype, num_slots,    q_stride,  scale,        0,         items};
     if (num_threads == 1) {
         run_range(&base);
         return 0;

@@ -140,7 +140,7 @@ class TorchPagedAttention:
             k_cache.index_copy_(1, meta.slot_mapping, k.transpose(0, 1))
             v_cache.index_copy_(1, meta.slot_mapping, v.transpose(0, 1))
         num_heads, num_kv_heads = q.shape[1], k.shape[1]
-        out = torch.empty_like(q)
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous, whatever q's strides
         d = meta.num_decode_tokens
         if d:
             assert meta.decode_blocks is not None and meta.decode_lens is not None

@@ -53,9 +53,7 @@ class LlamaAttention(nn.Module):
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        if rotated:  # q is a view into q|k|v; the decode kernel reads contiguous queries
-            q = q.contiguous()
-        else:
+        if not rotated:  # else q and k are views into q|k|v, rotated in place
             q, k = self.rotary(positions, q, k)
         return self.attend(q, k, v, meta)
 

@@ -70,6 +70,25 @@ def test_matches_torch_path_fp32(
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_queries_may_be_rows_of_a_wider_tensor(
+    kernel: cpu_decode.CpuDecodeKernel, dtype: torch.dtype
+) -> None:
+    """q as the model hands it over: the first heads of each row of a fused q|k|v output."""
+    q, k_cache, v_cache, meta = _case(9, 3, 64, [5, 40, 17, 300], dtype)
+    assert meta.decode_blocks is not None and meta.decode_lens is not None
+    qkv = torch.randn(len(q), (9 + 2 * 3) * 64).to(dtype)
+    qkv[:, : 9 * 64] = q.reshape(len(q), -1)
+    strided = qkv[:, : 9 * 64].view(len(q), 9, 64)
+    assert not strided.is_contiguous() and kernel.supports(strided, k_cache)
+    expected, got = torch.empty_like(q), torch.empty_like(q)
+
+    kernel(q, k_cache, v_cache, meta.decode_blocks, meta.decode_lens, BLOCK_SIZE, 0.125, expected)
+    kernel(strided, k_cache, v_cache, meta.decode_blocks, meta.decode_lens, BLOCK_SIZE, 0.125, got)
+
+    assert torch.equal(got, expected)
+
+
 def test_matches_torch_path_bf16(kernel: cpu_decode.CpuDecodeKernel) -> None:
     q, k_cache, v_cache, meta = _case(9, 3, 64, [5, 100, 300], torch.bfloat16)
     assert meta.decode_blocks is not None and meta.decode_lens is not None

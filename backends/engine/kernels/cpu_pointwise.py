@@ -24,7 +24,9 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("pointwise.c")
 DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 MAX_HIDDEN = 8192
+"""The widest row ``rms_norm`` takes; wider norms keep their torch ops."""
 MAX_HEAD_DIM = 512
+"""The largest head ``rotary`` takes; larger ones keep the torch path."""
 
 _p, _i64, _int, _f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 

@@ -18,7 +18,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        kernel = cpu_pointwise.load()
+        kernel = self._kernel()
         if kernel is not None and kernel.supports(x, self.weight):
             return kernel.rms_norm(x, self.weight, self.eps)
         return self.reference(x)
@@ -26,11 +26,15 @@ class RMSNorm(nn.Module):
     def add_and_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The decoder's residual step: ``residual += x`` in place (in the model's dtype, as
         ``h = h + x`` rounds it), then the norm of that sum; returns (normed, residual)."""
-        kernel = cpu_pointwise.load()
+        kernel = self._kernel()
         if kernel is not None and kernel.supports(x, residual, self.weight):
             return kernel.rms_norm(x, self.weight, self.eps, residual), residual
         residual.add_(x)
         return self.reference(residual), residual
+
+    def _kernel(self) -> cpu_pointwise.CpuPointwise | None:
+        """The fused kernel, where it takes rows this wide."""
+        return cpu_pointwise.load() if len(self.weight) <= cpu_pointwise.MAX_HIDDEN else None
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """The torch ops, as transformers' LlamaRMSNorm; what the kernel is tested against."""

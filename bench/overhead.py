@@ -9,6 +9,8 @@ Prints a markdown table on stdout (progress goes to stderr); --json-out writes e
     python bench/overhead.py                                   # nginx, bare forwarder, gateway (bench policy)
     python bench/overhead.py --compare base=a.yaml redis=b.yaml,SWITCHYARD_REDIS_URL='${REDIS_URL}' --redis
     python bench/overhead.py --no-gateway --duration 1 --concurrency 1,16
+    python bench/overhead.py --json-body long --accept-encoding gzip --no-standin \
+        --compare off=bench/harness/policy.yaml.tmpl on=bench/harness/policy-compression.yaml.tmpl
 
 A gateway configuration is ``[LABEL=]POLICY[,KEY=VALUE...]``: a policy file in which ``${NGINX_PORT}``,
 ``${API_KEY_SHA256}`` (of --api-key) and ``${REDIS_URL}`` (with --redis) are filled in, plus
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from harness.errors import BenchError
 from harness.measure import Plan, measure
-from harness.nginx import CannedUpstream, nginx_version
+from harness.nginx import JSON_BODIES, CannedUpstream, nginx_version
 from harness.redis import RedisServer
 from harness.report import (
     GOAL_SETS,
@@ -87,6 +89,18 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--api-key", default="sk-sy-bench-0000000000000000", help="Bearer token on every request"
     )
     parser.add_argument("--workers", type=int, default=1, help="gateway worker processes (--workers N)")
+    parser.add_argument(
+        "--json-body",
+        choices=sorted(JSON_BODIES),
+        default="short",
+        help="the canned plain answer: short (~340 bytes) or long (~2.7 KB, over the compression threshold)",
+    )
+    parser.add_argument(
+        "--accept-encoding",
+        default="",
+        metavar="VALUE",
+        help="Accept-Encoding on every wrk request, e.g. gzip (default: none, nothing is compressed)",
+    )
     parser.add_argument(
         "--redis",
         action="store_true",
@@ -180,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
         args.api_key,
         client_cpus,
         args.rounds,
+        args.accept_encoding,
     )
     configs = _gateway_configs(args)
     loadavg_before = os.getloadavg()
@@ -191,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
             else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sy-bench-")))
         )
         print(f"work dir {work_dir}", file=sys.stderr)
-        upstream = CannedUpstream(work_dir, client_cpus)
+        upstream = CannedUpstream(work_dir, client_cpus, json_body=JSON_BODIES[args.json_body])
         stack.callback(upstream.stop)
         upstream.start()
         values = {
@@ -221,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
             stack.callback(target.process.stop)
             targets.append(target)
         for target in targets:
-            probe(target, args.api_key)
+            probe(target, args.api_key, args.accept_encoding)
 
         points = measure(targets, plan)
         rss_mib = {t.label: t.process.rss_mib() for t in targets}
@@ -248,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
             "plan": asdict(plan),
             "gateway_cpus": gateway_cpus,
             "workers": args.workers,
+            "json_body": args.json_body,
+            "accept_encoding": args.accept_encoding,
             "num_cpus": os.cpu_count(),
             "loadavg_before": loadavg_before,
             "switchyard_env": {k: v for k, v in os.environ.items() if k.startswith("SWITCHYARD_")},

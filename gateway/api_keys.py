@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Protocol
 
 from gateway.policy import ApiKey, Policy
 
@@ -33,27 +34,30 @@ def key_stanza(key: str, tenant: str, name: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+class KeyDirectory(Protocol):
+    """Keys beside the policy's: those made at run time (``gateway.keys.KeyRegistry``)."""
+
+    def find(self, sha256: str) -> ApiKey | None:
+        """The key a secret with this hash opens now, or None."""
+        ...
+
+
 class KeyIndex:
     """The policy's keys by hash, with the pools and models each may use."""
 
     def __init__(self, policy: Policy) -> None:
         self.by_hash: dict[str, ApiKey] = {key.sha256: key for key in policy.keys}
-        self._allowed: dict[str, frozenset[str] | None] = {}
-        for key in policy.keys:
-            if not key.pools and not key.models:
-                self._allowed[key.sha256] = None  # every pool
-            else:
-                pools = set(key.pools)
-                pools.update(p for m in key.models if (p := policy.pool_for_model(m)) is not None)
-                self._allowed[key.sha256] = frozenset(pools)
-        self._models: dict[str, frozenset[str]] = {key.sha256: frozenset(key.models) for key in policy.keys}
 
-    def lookup(self, key: str) -> ApiKey | None:
-        return self.by_hash.get(hash_key(key))
+    def lookup(self, key: str, others: KeyDirectory | None = None) -> ApiKey | None:
+        """The policy's key for the text ``key``, else the one ``others`` holds (run-time keys)."""
+        digest = hash_key(key)
+        found = self.by_hash.get(digest)
+        if found is None and others is not None:
+            found = others.find(digest)
+        return found
 
     def may_use(self, key: ApiKey, model: str, pool: str) -> bool:
-        """Whether ``key`` may call ``model`` (served by ``pool``)."""
-        allowed = self._allowed.get(key.sha256)
-        if allowed is None:
+        """Whether ``key`` (the policy's or one made at run time) may call ``model`` (served by ``pool``)."""
+        if not key.pools and not key.models:
             return True
-        return pool in key.pools or model in self._models[key.sha256]
+        return pool in key.pools or model in key.models

@@ -3,8 +3,8 @@
 ``create_app(settings, *, client=None, reloader=None, metrics=None, store=None)`` builds everything;
 every I/O seam (the upstream client, the policy source, the store) can be injected. The three
 proxied API endpoints are served straight from ASGI by ``gateway.proxy`` (the hot path, and the one
-owner of a request's path); everything else (models, usage, health, metrics, and every error for
-unknown routes) is a Litestar route of ``gateway.routes``.
+owner of a request's path), and ``GET /v1/ws`` by ``gateway.websocket``; everything else (models,
+usage, health, metrics, and every error for unknown routes) is a Litestar route of ``gateway.routes``.
 """
 
 from __future__ import annotations
@@ -17,17 +17,20 @@ from litestar.exceptions import HTTPException
 from litestar.plugins import PluginProtocol
 from litestar.plugins.core import MsgspecDIPlugin
 
+from gateway.api_keys import KeyDirectory
 from gateway.client_limits import ClientLimiter
+from gateway.keys import KeyRegistry
 from gateway.openapi import openapi_route
 from gateway.pipeline import Pipeline
-from gateway.proxy import ProxyApp
+from gateway.proxy import Observer, ProxyApp
 from gateway.reloader import PolicyReloader
 from gateway.replicas.balancer import Balancer
 from gateway.replicas.client import AiohttpUpstreamClient, UpstreamClient
+from gateway.replicas.slot_queue import SlotQueues
 from gateway.routes import api_routes, http_exception, open_route_limit, unexpected
 from gateway.runtime import Gateway
 from gateway.settings import Settings
-from gateway.shared_state import Caches, build_caches, build_store
+from gateway.shared_state import Caches, build_caches, build_key_store, build_store
 from gateway.stages.auth import Authenticate
 from gateway.stages.cache import ResponseCacheStage
 from gateway.stages.embeddings import EmbeddingCacheStage
@@ -38,6 +41,7 @@ from gateway.stages.route import RouteModel
 from gateway.stages.upstream import CallUpstream
 from gateway.stores import Store, StoreUnavailable
 from gateway.telemetry.metrics import Metrics
+from gateway.websocket import WebSocketEndpoint
 
 logger = logging.getLogger("switchyard.gateway")
 # uvicorn has let open connections finish before shutdown starts: what is left is their settling
@@ -52,6 +56,7 @@ def build_pipeline(
     client: UpstreamClient,
     metrics: Metrics,
     clients: ClientLimiter | None = None,
+    keys: KeyDirectory | None = None,
 ) -> Pipeline:
     """The stages every request runs through, in order, and the finishers every request ends with.
 
@@ -61,13 +66,18 @@ def build_pipeline(
     """
     return Pipeline(
         [
-            Authenticate(clients),  # who is calling (401; 429 past the client's failure bound)
+            Authenticate(clients, keys),  # who is calling (401; 429 past the client's failure bound)
             RouteModel(caches.sticky),  # which pool (404)
             EnforceLimits(store, on_reject=metrics.count_rejection),  # may it (429 / 503); settles after
             ResponseCacheStage(caches.responses, caches.flights),  # a repeat? (hit); stores after
             EmbeddingCacheStage(caches.embeddings),  # embeddings we already have; merges after
             CallWithRetries(  # which replica (affinity, balancer), call it, retry before the first byte
-                PickReplica(balancer, caches.affinity, on_event=metrics.cache_hook("affinity")),
+                PickReplica(  # a saturated pool with a queue: wait for a slot, in fair share per tenant
+                    balancer,
+                    caches.affinity,
+                    on_event=metrics.cache_hook("affinity"),
+                    queues=SlotQueues(balancer, observer=metrics),
+                ),
                 CallUpstream(client, balancer),  # releases the replica after
                 on_attempt_error=metrics.count_upstream_error,  # retried attempts count too
             ),
@@ -95,8 +105,15 @@ def create_app(
     caches = build_caches(reloader.policy, metrics)
     balancer = Balancer()
     clients = ClientLimiter(store, on_refuse=metrics.count_client_refusal)
+    keys = KeyRegistry(build_key_store(reloader.policy, settings), refresh_s=settings.keys_refresh_s)
     pipeline = build_pipeline(
-        store=store, caches=caches, balancer=balancer, client=client, metrics=metrics, clients=clients
+        store=store,
+        caches=caches,
+        balancer=balancer,
+        client=client,
+        metrics=metrics,
+        clients=clients,
+        keys=keys,
     )
     gateway = Gateway(
         settings,
@@ -108,11 +125,13 @@ def create_app(
         balancer=balancer,
         pipeline=pipeline,
         clients=clients,
+        keys=keys,
     )
 
     async def on_startup() -> None:
         reloader.start()
         gateway.health.start()
+        await keys.start()
 
     async def on_shutdown() -> None:
         try:
@@ -122,6 +141,8 @@ def create_app(
             logger.warning("shutting down before every request settled: %r", exc)
         await reloader.stop()
         await gateway.health.stop()
+        await keys.stop()
+        await keys.store.close()
         await client.close()
         await store.close()
         await caches.close()
@@ -137,7 +158,8 @@ def create_app(
         request_max_body_size=settings.hard_max_body_bytes,
     )
     app.state.gateway = gateway
-    return ProxyApp(gateway, app)
+    observer = Observer()  # the proxied requests' and the WebSocket's: one tracer, one access log
+    return ProxyApp(gateway, app, observer, websockets={"/v1/ws": WebSocketEndpoint(gateway, observer)})
 
 
 class _MsgspecOnlyLitestar(Litestar):

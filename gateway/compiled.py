@@ -18,6 +18,7 @@ import msgspec
 
 from gateway.api_keys import KeyIndex
 from gateway.client_address import ClientAddresses
+from gateway.compression import Compressor
 from gateway.limit_rules import LimitRules
 from gateway.policy import ApiKey, Policy, PolicyError
 from gateway.policy.telemetry import TelemetryConfig, telemetry_of
@@ -51,6 +52,10 @@ class CompiledPolicy:
     """``GET /v1/models`` for a key that may use every model."""
     clients: ClientAddresses
     """Who a request came from, under ``limits.unauthenticated.trusted_proxies``."""
+    compression: Compressor | None = None
+    """Encodes complete responses for clients that accept it; None when ``compression`` is off."""
+    passthrough_paths: frozenset[str] = frozenset()
+    """Every pool's ``passthrough_routes``: the paths ``gateway.proxy`` passes through."""
 
     def models_body_for(self, key: ApiKey | None) -> bytes:
         """``GET /v1/models`` as ``key`` sees it: only the models it may use."""
@@ -86,4 +91,6 @@ def compile_policy(policy: Policy, environ: Mapping[str, str] | None = None) -> 
         model_names=names,
         models_body=_models_body(list(names)),
         clients=ClientAddresses(policy.limits.unauthenticated.trusted_proxies),
+        compression=policy.compression.build(),
+        passthrough_paths=frozenset(p for pool in policy.pools.values() for p in pool.passthrough_routes),
     )

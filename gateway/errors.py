@@ -13,6 +13,7 @@
     +-- ModelNotFound                 (404 model_not_found: also for a model the key may not use)
     +-- NotFound                      (404 not_found: an unknown URL)
     +-- MethodNotAllowed              (405 method_not_allowed)
+    +-- Conflict                      (409 conflict: a key name taken, a key the policy file owns)
     +-- RateLimited                   (429 rate_limit_exceeded / insufficient_quota, Retry-After)
     +-- UpstreamError                 (502 upstream_error: the upstream answered badly)
     |   +-- UpstreamConnectError      (502 upstream_connect_error)
@@ -131,6 +132,12 @@ class NotFound(GatewayError):
     status = 404
     type = "invalid_request_error"
     default_code = "not_found"
+
+
+class Conflict(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    default_code = "conflict"
 
 
 class MethodNotAllowed(GatewayError):

@@ -43,12 +43,15 @@ class LimitRules:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._by_caller: dict[tuple[str | None, str, str | None], CallerRules] = {}
+        self._by_caller: dict[tuple[ApiKey | None, str, str | None], CallerRules] = {}
 
     def for_caller(self, key: ApiKey | None, tenant: str, pool: str | None) -> CallerRules:
-        caller = (key.sha256 if key is not None else None, tenant, pool)
+        # by the key's whole (frozen) value, not its hash: a key changed at run time gets new rules
+        caller = (key, tenant, pool)
         found = self._by_caller.get(caller)
         if found is None:
+            if len(self._by_caller) >= 65536:  # keys changed at run time leave old values behind
+                self._by_caller.clear()
             found = self._by_caller[caller] = self._work_out(key, tenant, pool)
         return found
 

@@ -17,8 +17,11 @@ from litestar import MediaType, Response, get
 from litestar.handlers import HTTPRouteHandler
 from litestar.types import BeforeRequestHookHandler
 
+from gateway.console.openapi import CONSOLE_PATHS, CONSOLE_STRUCTS
 from gateway.errors import ErrorEnvelope
-from gateway.schemas import ChatRequest, CompletionRequest, EmbeddingRequest
+from gateway.keys.records import AuditEntry, KeyChanges, KeySpec, KeyView, RotateSpec
+from gateway.responses import RESPONSES_EVENT, ResponseObject
+from gateway.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, ResponsesRequest
 
 OPENAPI_PATH = "/openapi.json"
 _REF = "#/components/schemas/{name}"
@@ -76,6 +79,16 @@ class UsageReport(msgspec.Struct):
     tenants: dict[str, Any]
 
 
+class KeyList(msgspec.Struct):
+    object: str
+    data: list[KeyView]
+
+
+class AuditList(msgspec.Struct):
+    object: str
+    data: list[AuditEntry]
+
+
 class Health(msgspec.Struct):
     status: str
 
@@ -89,15 +102,24 @@ _STRUCTS = (
     ChatRequest,
     CompletionRequest,
     EmbeddingRequest,
+    ResponsesRequest,
     ErrorEnvelope,
     Model,
     ModelList,
     ChatCompletion,
     Completion,
+    ResponseObject,
     EmbeddingList,
     UsageReport,
     Health,
     Readiness,
+    KeySpec,
+    KeyChanges,
+    KeyView,
+    KeyList,
+    AuditList,
+    RotateSpec,
+    *CONSOLE_STRUCTS,
 )
 
 
@@ -192,14 +214,87 @@ def _proxied(summary: str, request: type, response: type, *, is_stream: bool) ->
     }
 
 
+def _responses() -> dict[str, Any]:
+    """``POST /v1/responses``: the Responses API, its stream typed events (``RESPONSES_EVENT``)."""
+    summary = "Create a model response (the Responses API)"
+    item = _proxied(summary, ResponsesRequest, ResponseObject, is_stream=True)
+    item["post"]["responses"]["200"]["content"][_SSE] = {"schema": RESPONSES_EVENT}
+    return item
+
+
 _PUBLIC: list[dict[str, list[str]]] = []  # no API key needed
 _UNAUTHORIZED = _error("No API key, or an unknown one (invalid_api_key).")
 _AUTH_FAILURES = _error("Too many failed authentications from this address (too_many_auth_failures).")
 _OPEN_LIMITED = _error("Too many requests from this address (rate_limit_exceeded).")
+_NAME = [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}]
+
+
+def _admin(
+    summary: str, response: type, *, body: type | None = None, body_required: bool = False, **extra: Any
+) -> dict[str, Any]:
+    """One key admin operation (admin keys only)."""
+    operation: dict[str, Any] = {
+        "summary": summary + " (admin keys only)",
+        "responses": {
+            "200": _ok(response, "Done."),
+            "400": _error("An invalid body or parameter (invalid_request, unknown_pool, unknown_model)."),
+            "401": _UNAUTHORIZED,
+            "403": _error("Not an admin key (admin_key_required)."),
+            "404": _error("No such key (key_not_found)."),
+            "409": _error("The name is taken, the key changed meanwhile, or the policy file owns it."),
+            "429": _AUTH_FAILURES,
+            "503": _error("The key store is down (store_unavailable)."),
+        },
+        **extra,
+    }
+    if body is not None:
+        operation["requestBody"] = {"required": body_required, "content": {_JSON: {"schema": _ref(body)}}}
+    return operation
+
+
+_KEY_ROUTES: dict[str, dict[str, Any]] = {
+    "/v1/admin/keys": {
+        "post": _admin(
+            "Create a key; its secret is in this answer only", KeyView, body=KeySpec, body_required=True
+        ),
+        "get": _admin(
+            "List every key, the policy file's too",
+            KeyList,
+            parameters=[{"name": "tenant", "in": "query", "schema": {"type": "string"}}],
+        ),
+    },
+    "/v1/admin/keys/{name}": {
+        "get": _admin("Show a key", KeyView, parameters=_NAME),
+        "patch": _admin(
+            "Change a key's limits, budget, scope or expiry", KeyView, body=KeyChanges, parameters=_NAME
+        ),
+        "delete": _admin("Revoke a key", KeyView, parameters=_NAME),
+    },
+    "/v1/admin/keys/{name}/revoke": {"post": _admin("Revoke a key", KeyView, parameters=_NAME)},
+    "/v1/admin/keys/{name}/rotate": {
+        "post": _admin(
+            "A new secret; the old ones work for grace_s more", KeyView, body=RotateSpec, parameters=_NAME
+        )
+    },
+    "/v1/admin/audit": {
+        "get": _admin(
+            "Who did what to which key, newest first",
+            AuditList,
+            parameters=[
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": 10000},
+                }
+            ],
+        )
+    },
+}
 _ROUTES: dict[str, dict[str, Any]] = {
     "/v1/chat/completions": _proxied("Create a chat completion", ChatRequest, ChatCompletion, is_stream=True),
     "/v1/completions": _proxied("Create a text completion", CompletionRequest, Completion, is_stream=True),
     "/v1/embeddings": _proxied("Create embeddings", EmbeddingRequest, EmbeddingList, is_stream=False),
+    "/v1/responses": _responses(),
     "/v1/models": {
         "get": {
             "summary": "List the models this key may use",
@@ -276,6 +371,8 @@ _ROUTES: dict[str, dict[str, Any]] = {
             },
         }
     },
+    **_KEY_ROUTES,
+    **CONSOLE_PATHS,
     OPENAPI_PATH: {
         "get": {
             "summary": "This document",
@@ -302,7 +399,7 @@ def build_document() -> dict[str, Any]:
     for (struct, field), schema in _ONE_KIND.items():
         schemas[struct]["properties"][field] = schema
     schemas["ChatRequest"].update(_TOP_LOGPROBS_NEEDS_LOGPROBS)
-    return {
+    document = {
         "openapi": "3.1.0",
         "info": {
             "title": "Switchyard",
@@ -317,6 +414,9 @@ def build_document() -> dict[str, Any]:
         },
         "security": [{"bearerAuth": []}],
     }
+    # as JSON holds it (a struct's tuple default is a list there), so the built and served documents match
+    result: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(document))
+    return result
 
 
 def openapi_route(before_request: BeforeRequestHookHandler | None = None) -> HTTPRouteHandler:

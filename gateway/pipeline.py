@@ -33,11 +33,14 @@ logger = logging.getLogger("switchyard.pipeline")
 
 
 class Endpoint(Enum):
-    """An OpenAI API operation the gateway proxies; the value is the upstream path."""
+    """An OpenAI API operation the gateway proxies; the value is the upstream path (under the replica's
+    ``base_url``). A pass-through route's path is the call's own (``Call.path``, at the replica's origin)."""
 
     CHAT = "/chat/completions"
     COMPLETIONS = "/completions"
     EMBEDDINGS = "/embeddings"
+    RESPONSES = "/responses"
+    PASSTHROUGH = ""
 
     @property
     def operation(self) -> str:
@@ -49,6 +52,8 @@ _OPERATIONS = {
     Endpoint.CHAT: "chat",
     Endpoint.COMPLETIONS: "text_completion",
     Endpoint.EMBEDDINGS: "embeddings",
+    Endpoint.RESPONSES: "responses",
+    Endpoint.PASSTHROUGH: "passthrough",
 }
 
 
@@ -140,6 +145,8 @@ class Call:
     """The request's tracing span when it is sampled."""
     peer: str | None = None
     """The socket peer's address as the server gave it (the client, or the proxy in front of it)."""
+    path: str | None = None
+    """The path the client asked for (a pass-through route is sent to the same path upstream)."""
     result_filters: list[ResultFilter] = field(default_factory=list)
     """Applied to the result after the stages (a cache tapping a stream, embeddings merging)."""
     started_at: float = field(default_factory=time.perf_counter)

@@ -1,14 +1,16 @@
 """The hot path, and its one owner: a proxied API request from ASGI in to the last byte out.
 
-``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/embeddings`` skip the web framework's
-routing, request and response objects (a measurable share of a ~0.3 ms request on one core) and
-are served here, top to bottom in :func:`serve`::
+``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``, ``/v1/responses`` and the
+policy's pass-through routes skip the web framework's routing, request and response objects (a
+measurable share of a ~0.3 ms request on one core) and are served here, top to bottom in :func:`serve`::
 
     start the span (when sampled) -> read the body (bounded) -> decode it into a ``Call`` under the
-    compiled policy -> run the pipeline -> send bytes or relay the stream -> finish the call (its
-    after-response work) -> end the span, write the access-log line
+    compiled policy -> run the pipeline -> send bytes (compressed when the policy and the client
+    say so) or relay the stream -> finish the call (its after-response work) -> end the span, write
+    the access-log line
 
-Every other path goes to the Litestar app (``gateway.routes``). The client is watched from the
+WebSocket paths (``/v1/ws``, ``gateway.websocket``) go to the handlers ``ProxyApp`` is given; every
+other path goes to the Litestar app (``gateway.routes``). The client is watched from the
 moment the body is read: when it disconnects, the request is cancelled at once, which closes the
 upstream connection and settles the call.
 """
@@ -22,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.compiled import CompiledPolicy
+from gateway.compression import Compressor
 from gateway.errors import (
     BodyTooLarge,
     ClientDisconnected,
@@ -33,7 +36,7 @@ from gateway.errors import (
 )
 from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult
 from gateway.runtime import Gateway
-from gateway.schemas import ChatRequest, CompletionRequest, parse_body
+from gateway.schemas import parse_body, stream_flags
 from gateway.telemetry.access_log import AccessLog
 from gateway.telemetry.spans import RequestSpan
 from gateway.telemetry.tracing import GatewayTracer
@@ -45,6 +48,7 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+ASGIHandler = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 logger = logging.getLogger("switchyard.proxy")
 
@@ -52,6 +56,7 @@ ROUTES: dict[str, Endpoint] = {
     "/v1/chat/completions": Endpoint.CHAT,
     "/v1/completions": Endpoint.COMPLETIONS,
     "/v1/embeddings": Endpoint.EMBEDDINGS,
+    "/v1/responses": Endpoint.RESPONSES,
 }
 _JSON = b"application/json"
 _SSE_HEADERS = [
@@ -101,12 +106,22 @@ class Observer:
 
 
 class ProxyApp:
-    """The ASGI app uvicorn serves: the proxied endpoints here, the rest in Litestar."""
+    """The ASGI app uvicorn serves: the proxied endpoints here, WebSocket paths in ``websockets``'
+    handlers, the rest in Litestar."""
 
-    def __init__(self, gateway: Gateway, litestar: Litestar, observer: Observer | None = None) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        litestar: Litestar,
+        observer: Observer | None = None,
+        *,
+        websockets: Mapping[str, ASGIHandler] | None = None,
+    ) -> None:
         self.gateway = gateway
         self.litestar = litestar
         self.observer = observer or Observer()
+        self.websockets = dict(websockets or {})
+        """WebSocket handlers by path (``/v1/ws``: ``gateway.websocket``)."""
 
     @property
     def state(self) -> Any:
@@ -115,8 +130,15 @@ class ProxyApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             endpoint = ROUTES.get(scope["path"])
+            if endpoint is None and scope["path"] in self.gateway.compiled.passthrough_paths:
+                endpoint = Endpoint.PASSTHROUGH  # a pool's own route (policy: passthrough_routes)
             if endpoint is not None:
                 await serve(self.gateway, endpoint, scope, receive, send, self.observer)
+                return
+        elif scope["type"] == "websocket":
+            handler = self.websockets.get(scope["path"])
+            if handler is not None:
+                await handler(scope, receive, send)
                 return
         await self.litestar(scope, receive, send)  # type: ignore[arg-type]
 
@@ -172,8 +194,17 @@ def _header_list(request_id: str, call: Call | None, extra: Mapping[str, str]) -
 
 
 async def _send_bytes(
-    send: Send, status: int, content_type: bytes, body: bytes, headers: list[tuple[bytes, bytes]]
+    send: Send,
+    status: int,
+    content_type: bytes,
+    body: bytes,
+    headers: list[tuple[bytes, bytes]],
+    compressor: Compressor | None = None,
+    accept_encoding: str | None = None,
 ) -> None:
+    """A complete response (result or error), compressed when the policy and Accept-Encoding say so."""
+    if compressor is not None:
+        body = await compressor.encode(body, accept_encoding, headers)
     headers.append((b"content-type", content_type))
     headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -226,6 +257,7 @@ def new_call(
     started_at: float,
     span: RequestSpan | None = None,
     peer: str | None = None,
+    path: str | None = None,
 ) -> Call:
     """Decode one request body into a ``Call`` under ``compiled``; a GatewayError (400, 413) when the
     body is too large for the policy or not a valid request."""
@@ -233,10 +265,7 @@ def new_call(
     if len(raw) > limit:
         raise BodyTooLarge(f"Request body is over the limit of {limit} bytes.")
     body, parsed = parse_body(endpoint, raw)
-    is_stream = include_usage = False
-    if isinstance(parsed, ChatRequest | CompletionRequest):
-        is_stream = bool(parsed.stream)
-        include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
+    is_stream, include_usage = stream_flags(parsed)
     return Call(
         endpoint,
         body,
@@ -249,6 +278,7 @@ def new_call(
         started_at=started_at,
         span=span,
         peer=peer,
+        path=path,
     )
 
 
@@ -284,7 +314,8 @@ async def serve(
             watch = ClientWatch(receive)
             try:
                 peer = scope["client"][0] if scope.get("client") else None
-                call = new_call(endpoint, headers, raw, compiled, request_id, time.perf_counter(), span, peer)
+                path, now = scope["path"], time.perf_counter()
+                call = new_call(endpoint, headers, raw, compiled, request_id, now, span, peer, path)
             except GatewayError as error:
                 gateway.metrics.count_request(endpoint.name.lower(), "-", status_of(error))
                 raise
@@ -299,13 +330,15 @@ async def serve(
             logger.exception("unexpected error on %s", scope["path"])
             outcome = GatewayError("The server had an error processing your request.")
             del error
+        compressor, accept_encoding = compiled.compression, headers.get("accept-encoding")
         if isinstance(outcome, ClientDisconnected):
             status = outcome.status  # nobody is listening: nothing to send
         elif isinstance(outcome, GatewayError):
             if watch is not None:
                 watch.stop()
             status, body, extra = render(outcome)
-            await _send_bytes(send, status, _JSON, body, _header_list(request_id, call, extra))
+            sent_headers = _header_list(request_id, call, extra)
+            await _send_bytes(send, status, _JSON, body, sent_headers, compressor, accept_encoding)
         elif isinstance(outcome, BytesResult):
             assert watch is not None
             watch.stop()
@@ -316,6 +349,8 @@ async def serve(
                 outcome.content_type.encode(),
                 outcome.body,
                 _header_list(request_id, call, {}),
+                compressor,
+                accept_encoding,
             )
         elif outcome is not None:
             assert call is not None and watch is not None

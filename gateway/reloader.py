@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -41,6 +42,8 @@ class PolicyReloader:
         self.environ: Mapping[str, str] = dict(os.environ if environ is None else environ)
         """The process environment the policy compiles against (its ``SWITCHYARD_*`` overrides)."""
         self.compiled = compile_policy(policy or load_policy(self.path, self.overlay), self.environ)
+        self.loaded_at = time.time()
+        """Unix time the serving policy was adopted (the first load, or the last reload)."""
         self.listeners: list[Listener] = []
         self.num_reloads = 0
         self.num_refused = 0
@@ -87,6 +90,7 @@ class PolicyReloader:
         for listener in self.listeners:
             listener(compiled)
         self.compiled = compiled
+        self.loaded_at = time.time()
         self.num_reloads += 1
         self.last_error = None
 

@@ -1,4 +1,5 @@
-"""The endpoints beside the proxied API: models, usage, health, readiness and metrics (Litestar).
+"""The endpoints beside the proxied API: models, usage, key admin (``gateway.keys.routes``), the console
+(``gateway.console``), health, readiness and metrics (Litestar).
 
 Each answers in OpenAI's shape, errors included (``render``); Litestar's own errors (an unknown
 route, a wrong method) are turned into the same shape by :func:`http_exception`. A failed
@@ -21,6 +22,7 @@ from litestar.exceptions import HTTPException
 from litestar.handlers import HTTPRouteHandler
 
 from gateway.compiled import CompiledPolicy, model_card
+from gateway.console import console_routes
 from gateway.errors import (
     BodyTooLarge,
     GatewayError,
@@ -32,6 +34,7 @@ from gateway.errors import (
     ServiceUnavailable,
     render,
 )
+from gateway.keys.routes import key_admin_routes
 from gateway.policy import ApiKey
 from gateway.runtime import Gateway
 from gateway.stages.auth import authenticate_client
@@ -77,7 +80,9 @@ def api_routes(gateway: Gateway) -> list[HTTPRouteHandler]:
     """The Litestar route handlers, bound to ``gateway``."""
 
     async def authenticate(compiled: CompiledPolicy, request: Request[Any, Any, Any]) -> ApiKey | None:
-        return await authenticate_client(compiled, request.headers, _peer(request), gateway.clients)
+        return await authenticate_client(
+            compiled, request.headers, _peer(request), gateway.clients, gateway.keys
+        )
 
     @get("/v1/models")
     async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
@@ -159,7 +164,9 @@ def api_routes(gateway: Gateway) -> list[HTTPRouteHandler]:
             content=gateway.metrics.render(), headers={"content-type": gateway.metrics.content_type}
         )
 
-    return [list_models, usage, retrieve_model, healthz, readyz, metrics_endpoint]
+    admin = key_admin_routes(gateway.key_admin, authenticate, lambda: gateway.compiled, _error_response)
+    console = console_routes(gateway, authenticate, _error_response, open_route_limit(gateway))
+    return [list_models, usage, retrieve_model, healthz, readyz, metrics_endpoint, *admin, *console]
 
 
 def http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from gateway.client_limits import ClientLimiter
 from gateway.compiled import CompiledPolicy
 from gateway.inflight import InFlight
+from gateway.keys import FileKeyStore, KeyAdmin, KeyRegistry
 from gateway.pipeline import Pipeline
 from gateway.policy import Policy
 from gateway.reloader import PolicyReloader
@@ -47,6 +48,7 @@ class Gateway:
         balancer: Balancer,
         pipeline: Pipeline,
         clients: ClientLimiter | None = None,
+        keys: KeyRegistry | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
@@ -59,6 +61,9 @@ class Gateway:
         self.pipeline = pipeline
         self.clients = clients or ClientLimiter(store, on_refuse=metrics.count_client_refusal)
         """Per-client limits on unauthenticated work (failed authentications, the open endpoints)."""
+        self.keys = keys or KeyRegistry(FileKeyStore(None), refresh_s=settings.keys_refresh_s)
+        """Keys made at run time (the admin API's), polled from the shared key store."""
+        self.key_admin = KeyAdmin(self.keys)
         self.inflight = InFlight()
         """Proxied requests whose response or after-response work is not over (gateway.proxy counts)."""
         self.draining_since: float | None = None

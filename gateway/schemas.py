@@ -129,18 +129,60 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     user: str | None = None
 
 
-ParsedRequest = ChatRequest | CompletionRequest | EmbeddingRequest
+class ResponsesRequest(msgspec.Struct, kw_only=True):
+    """``POST /v1/responses`` (the Responses API); other fields pass through to the upstream unchecked.
+
+    Declared: what the gateway reads (``model`` routes; ``instructions`` and ``input`` are counted;
+    ``max_output_tokens`` is reserved; ``stream``) and the sampling bounds chat shares."""
+
+    model: ModelName
+    input: str | list[dict[str, Any]] | None = None
+    """A user message's text, or a list of input items (messages, tool calls and their outputs)."""
+    instructions: str | None = None
+    max_output_tokens: PosInt | None = None
+    stream: bool | None = None
+    temperature: Temperature | None = None
+    top_p: Probability | None = None
+    tools: list[dict[str, Any]] | None = None
+    previous_response_id: str | None = None
+    store: bool | None = None
+    user: str | None = None
+
+
+class PassthroughRequest(msgspec.Struct):
+    """A pool's pass-through route (``/tokenize``, ...): a JSON object whose ``model`` routes it; the
+    rest is the backend's to check."""
+
+    model: ModelName
+
+
+ParsedRequest = ChatRequest | CompletionRequest | EmbeddingRequest | ResponsesRequest | PassthroughRequest
 
 _SCHEMAS: dict[Endpoint, type[ParsedRequest]] = {
     Endpoint.CHAT: ChatRequest,
     Endpoint.COMPLETIONS: CompletionRequest,
     Endpoint.EMBEDDINGS: EmbeddingRequest,
+    Endpoint.RESPONSES: ResponsesRequest,
+    Endpoint.PASSTHROUGH: PassthroughRequest,
 }
 _REQUIRED: dict[Endpoint, tuple[str, ...]] = {
     Endpoint.CHAT: ("model", "messages"),
     Endpoint.COMPLETIONS: ("model", "prompt"),
     Endpoint.EMBEDDINGS: ("model", "input"),
+    Endpoint.RESPONSES: ("model",),
+    Endpoint.PASSTHROUGH: ("model",),
 }
+
+
+def stream_flags(parsed: ParsedRequest) -> tuple[bool, bool]:
+    """(is the answer streamed, did the client ask for chat's usage chunk) of a validated request."""
+    if isinstance(parsed, ChatRequest | CompletionRequest):
+        return bool(parsed.stream), bool(parsed.stream_options and parsed.stream_options.include_usage)
+    if isinstance(parsed, ResponsesRequest):  # usage always comes, in ``response.completed``
+        return bool(parsed.stream), False
+    return False, False
+
+
 _AT = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
 _MAX_EXACT_INT = 2**53
 """Past this a float no longer spells its integer exactly."""
@@ -244,6 +286,6 @@ def parse_body(endpoint: Endpoint, raw: bytes) -> tuple[dict[str, Any], ParsedRe
         _check_chat(parsed)
     elif isinstance(parsed, CompletionRequest):
         _check_one_kind(parsed.prompt, "prompt")
-    else:
+    elif isinstance(parsed, EmbeddingRequest):
         _check_one_kind(parsed.input, "input")
     return body, parsed

@@ -26,6 +26,13 @@ class Settings:
     policy's ``telemetry.access_log``)."""
     reload_interval_s: float = 1.0
     """How often the policy files are checked for changes."""
+    keys_file: str | None = None
+    """Where keys made through the admin API are kept when no Redis is configured (this host's
+    workers share the file; ``switchyard run`` uses ``.switchyard/keys.json``); None: memory only.
+    With Redis (the policy's ``store``) they live there, shared by every replica."""
+    keys_refresh_s: float = 0.5
+    """How often each process checks the key store for changes: a key made, changed or revoked on
+    one replica is honoured or refused on every other within this plus one store round trip."""
     max_upstream_connections: int = 1024
     """Size of the upstream connection pool per process."""
     hard_max_body_bytes: int = 64 * 1024 * 1024
@@ -62,6 +69,8 @@ class Settings:
             ("log_level", str),
             ("access_log_file", str),
             ("reload_interval_s", float),
+            ("keys_file", str),
+            ("keys_refresh_s", float),
             ("max_upstream_connections", int),
             ("header_read_timeout_s", float),
             ("body_read_timeout_s", float),

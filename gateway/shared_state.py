@@ -1,5 +1,5 @@
-"""What gateway replicas share: the limits store and the caches, in Redis when the policy's
-Redis URL is set, else in this process (the single-replica embedded default)."""
+"""What gateway replicas share: the limits store, the caches and the keys made at run time, in Redis
+when the policy's Redis URL is set, else in this process (the single-replica embedded default)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ from gateway.cache import (
 )
 from gateway.cache.blobs import Blobs, MemoryBlobs, RedisBlobs
 from gateway.cache.embedding_cache import EmbeddingCache, MemoryEmbeddingCache, RedisEmbeddingCache
+from gateway.keys.redis_store import RedisKeyStore
+from gateway.keys.store import FileKeyStore, KeyStore
 from gateway.policy import Policy
+from gateway.settings import Settings
 from gateway.stores import CreditStore, FailoverStore, MemoryStore, RedisStore, Store
 from gateway.telemetry.metrics import Metrics
 
@@ -39,6 +42,15 @@ def build_store(policy: Policy, *, on_fallback: Callable[[str], None] | None = N
         mode=config.on_failure,
         on_fallback=on_fallback,
     )
+
+
+def build_key_store(policy: Policy, settings: Settings) -> KeyStore:
+    """Where keys made at run time live: the store's Redis when its URL is set (every replica sees
+    them), else ``settings.keys_file`` (this host), else memory."""
+    url = os.environ.get(policy.store.url_env) if policy.store.url_env else None
+    if url:
+        return RedisKeyStore.from_url(url, timeout_s=max(policy.store.timeout_s, 1.0))
+    return FileKeyStore(settings.keys_file)
 
 
 @dataclass(frozen=True)

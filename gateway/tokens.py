@@ -8,7 +8,8 @@ An encoding is loaded once per process (~0.5 s) and shared.
 
 Counting is an estimate for reserving capacity up front: the settle step replaces it with the usage
 the upstream reports. Chat counting follows OpenAI's recipe (3 tokens a message, +1 for a name, +3 to
-prime the reply); tool definitions and images are approximated.
+prime the reply), or a pool's own chat-template overhead when the caller passes it; tool definitions
+and images are approximated.
 """
 
 from __future__ import annotations
@@ -209,18 +210,24 @@ class TokenCounter:
         return total
 
     def count_chat(
-        self, messages: Iterable[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        per_message: int = TOKENS_PER_MESSAGE,
+        per_request: int = TOKENS_TO_PRIME_REPLY,
     ) -> int:
-        """Prompt tokens of a chat completion, by OpenAI's recipe (see the module docstring).
+        """Prompt tokens of a chat completion: the messages' text plus the chat template's overhead,
+        ``per_message`` and once ``per_request`` (OpenAI's recipe by default; see the module docstring).
 
         Malformed input (validation happens elsewhere) is estimated from its JSON, never raised on."""
-        total = TOKENS_TO_PRIME_REPLY
+        total = per_request
         if type(messages) is not list and (  # JSON bodies give lists and dicts: skip the ABC checks
             not isinstance(messages, Iterable) or isinstance(messages, str | bytes | Mapping)
         ):
             return total + self.count_text(_json(messages))  # malformed: an estimate, never an exception
         for message in messages:
-            total += TOKENS_PER_MESSAGE
+            total += per_message
             if type(message) is not dict and not isinstance(message, Mapping):
                 total += self.count_text(_json(message))
                 continue
@@ -245,7 +252,7 @@ class TokenCounter:
         if not isinstance(part, Mapping):
             return self._count_value(part)
         kind = part.get("type")
-        if kind == "text" and isinstance(part.get("text"), str):
+        if kind in ("text", "input_text", "output_text") and isinstance(part.get("text"), str):
             return self.count_text(part["text"])
         if kind in ("image_url", "input_image", "image"):
             return TOKENS_PER_IMAGE

@@ -54,3 +54,29 @@ def test_setuptools_reads_the_project_without_a_warning(monkeypatch: pytest.Monk
     messages = [f"{w.category.__name__}: {w.message}" for w in caught]
     assert not [m for m in messages if "setuptools" in m.lower() or "license" in m.lower()], messages
     assert dist.metadata.name == "switchyard"
+
+
+def test_ci_installs_chromium_and_requires_the_browser_test() -> None:
+    """The console's browser test skips where Chromium is missing; CI installs it first and, with
+    ``SWITCHYARD_REQUIRE_BROWSER``, fails rather than skips when it could not."""
+    commands = _commands()
+    assert "make browser" in commands and "export SWITCHYARD_REQUIRE_BROWSER=1" in commands
+    assert commands.index("make browser") < commands.index("make test")
+    assert commands.index("export SWITCHYARD_REQUIRE_BROWSER=1") < commands.index("make test")
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile.partition("\nbrowser:\n")[2].partition("\n\n")[0]
+    assert "timeout 300" in recipe and "apt-get update" in recipe and "install -y" in recipe
+    assert recipe.index("apt-get update") < recipe.index("apt-get install")
+    assert "--no-install-recommends chromium" in recipe
+
+
+def test_the_console_files_ship_in_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gateway/console/static/`` is read with importlib.resources: the package data must include it."""
+    monkeypatch.chdir(ROOT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dist = apply_configuration(Distribution(), ROOT / "pyproject.toml")
+    assert "gateway.console.static" in (dist.packages or [])  # a namespace package: the globs apply there
+    patterns = dist.package_data.get("") or dist.package_data["*"]
+    shipped = {path.name for path in (ROOT / "gateway" / "console" / "static").iterdir()}
+    assert shipped and all(any(Path(name).match(p) for p in patterns) for name in shipped)

@@ -4,6 +4,7 @@
 --   BENCH_STREAM   "1" adds "stream": true
 --   BENCH_API_KEY  sent as "Authorization: Bearer <key>" when set
 --   BENCH_TEMPERATURE  adds "temperature": <value> (0 makes the request cacheable: the cache-hit path)
+--   BENCH_ACCEPT_ENCODING  sent as "Accept-Encoding" when set (wrk reads the encoded bytes as they come)
 -- done() prints one JSON line (marker BENCH_WRK_RESULT) that the driver parses: exact microsecond
 -- percentiles and the error counts, rather than scraping wrk's rounded text.
 
@@ -11,6 +12,7 @@ local model = os.getenv("BENCH_MODEL") or "bench"
 local stream = os.getenv("BENCH_STREAM") == "1"
 local api_key = os.getenv("BENCH_API_KEY") or ""
 local temperature = os.getenv("BENCH_TEMPERATURE")
+local accept_encoding = os.getenv("BENCH_ACCEPT_ENCODING") or ""
 
 local body = '{"model":"' .. model .. '","messages":[{"role":"user","content":"Say hello in one short sentence."}],'
   .. '"max_tokens":32'
@@ -27,6 +29,9 @@ wrk.body = body
 wrk.headers["Content-Type"] = "application/json"
 if api_key ~= "" then
   wrk.headers["Authorization"] = "Bearer " .. api_key
+end
+if accept_encoding ~= "" then
+  wrk.headers["Accept-Encoding"] = accept_encoding
 end
 
 function done(summary, latency, requests)

@@ -32,6 +32,8 @@ class Plan:
     """taskset CPU list for wrk."""
     num_rounds: int = 1
     """Times the whole set of runs repeats."""
+    accept_encoding: str = ""
+    """``Accept-Encoding`` of every request (empty: none, so nothing is compressed)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ def _wrk_run(target: Target, plan: Plan, *, is_stream: bool, num_connections: in
         is_stream=is_stream,
         api_key=plan.api_key,
         cpus=plan.client_cpus,
+        accept_encoding=plan.accept_encoding,
     )
 
 

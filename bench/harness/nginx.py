@@ -16,7 +16,11 @@ from .processes import ManagedProcess, ProcessSpec, free_port
 HARNESS_DIR = Path(__file__).resolve().parent
 CONF_TEMPLATE = HARNESS_DIR / "nginx.conf.tmpl"
 JSON_BODY = HARNESS_DIR / "chat_completion.json"
+LONG_JSON_BODY = HARNESS_DIR / "chat_completion_long.json"
 SSE_BODY = HARNESS_DIR / "chat_stream.sse"
+JSON_BODIES = {"short": JSON_BODY, "long": LONG_JSON_BODY}
+"""The plain answers by name: ``short`` (~340 bytes, a one-line reply) and ``long`` (~2.7 KB, a
+512-token answer: over the gateway's 1 KiB compression threshold)."""
 
 JSON_PATH = "/json/v1"
 SSE_PATH = "/sse/v1"
@@ -42,12 +46,13 @@ def return_directives(name: str, body: str, indent: str = "            ") -> str
     return "\n".join(lines)
 
 
-def render_nginx_conf(prefix: Path, port: int) -> str:
-    """The nginx.conf for a server on ``127.0.0.1:port`` keeping its pid and logs under ``prefix``."""
+def render_nginx_conf(prefix: Path, port: int, json_body: Path = JSON_BODY) -> str:
+    """The nginx.conf for a server on ``127.0.0.1:port`` keeping its pid and logs under ``prefix``,
+    answering plain requests with ``json_body``."""
     values = {
         "PREFIX": str(prefix),
         "PORT": str(port),
-        "JSON_RETURN": return_directives("json_body", JSON_BODY.read_text().strip()),
+        "JSON_RETURN": return_directives("json_body", json_body.read_text().strip()),
         "SSE_RETURN": return_directives("sse_body", SSE_BODY.read_text()),
     }
     text = CONF_TEMPLATE.read_text()
@@ -64,7 +69,9 @@ def nginx_version(binary: str) -> str:
 class CannedUpstream:
     """An nginx child process serving the canned bodies; ``base_url`` + JSON_PATH/SSE_PATH are the APIs."""
 
-    def __init__(self, work_dir: Path, cpus: str | None, binary: str | None = None) -> None:
+    def __init__(
+        self, work_dir: Path, cpus: str | None, binary: str | None = None, json_body: Path = JSON_BODY
+    ) -> None:
         found = (
             binary
             or shutil.which("nginx")
@@ -77,7 +84,7 @@ class CannedUpstream:
         self.prefix = work_dir / "nginx"
         self.prefix.mkdir(parents=True, exist_ok=True)
         conf = self.prefix / "nginx.conf"
-        conf.write_text(render_nginx_conf(self.prefix, self.port))
+        conf.write_text(render_nginx_conf(self.prefix, self.port, json_body))
         argv = (
             self.binary,
             "-p",

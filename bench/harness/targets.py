@@ -154,31 +154,45 @@ def start_gateway(
     )
 
 
-def _post(url: str, body: bytes, api_key: str) -> tuple[int, bytes]:
+def _post(url: str, body: bytes, api_key: str, accept_encoding: str = "") -> tuple[int, bytes, str | None]:
+    """Status, body (as sent: urllib never decodes) and Content-Encoding of one POST."""
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
+    if accept_encoding:
+        headers["Accept-Encoding"] = accept_encoding
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=10.0) as resp:
-            return resp.status, resp.read()
+            return resp.status, resp.read(), resp.headers.get("Content-Encoding")
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+        return exc.code, exc.read(), exc.headers.get("Content-Encoding")
     except (urllib.error.URLError, OSError) as exc:
         raise ProbeError(f"POST {url} failed: {exc}") from exc
 
 
-def probe(target: Target, api_key: str) -> None:
-    """One plain and one streamed request, checked for status and shape, before any load."""
+def probe(target: Target, api_key: str, accept_encoding: str = "") -> None:
+    """One plain and one streamed request, checked for status and shape, before any load; with
+    ``accept_encoding``, one more plain request that reports (on stderr) how it came back."""
     messages = [{"role": "user", "content": "Say hello in one short sentence."}]
     plain = json.dumps({"model": JSON_MODEL, "messages": messages, "max_tokens": 32}).encode()
-    status, body = _post(target.json_url, plain, api_key)
+    status, body, _ = _post(target.json_url, plain, api_key)
     if status != 200 or b'"chat.completion"' not in body:
         raise ProbeError(f"{target.label}: POST {target.json_url} answered {status}: {body[:500]!r}")
+    if accept_encoding:
+        status, encoded, coding = _post(target.json_url, plain, api_key, accept_encoding)
+        if status != 200:
+            raise ProbeError(f"{target.label}: POST {target.json_url} with Accept-Encoding answered {status}")
+        print(
+            f"  {target.label:<28} Accept-Encoding {accept_encoding!r}: Content-Encoding {coding or '-'}, "
+            f"{len(encoded):,} of {len(body):,} bytes",
+            file=sys.stderr,
+            flush=True,
+        )
     streamed = json.dumps(
         {"model": SSE_MODEL, "messages": messages, "max_tokens": 32, "stream": True}
     ).encode()
-    status, body = _post(target.sse_url, streamed, api_key)
+    status, body, _ = _post(target.sse_url, streamed, api_key, accept_encoding)
     num_chunks = body.count(b'"chat.completion.chunk"')
     if status != 200 or not body.rstrip().endswith(b"data: [DONE]") or num_chunks < 20:
         raise ProbeError(

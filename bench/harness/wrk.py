@@ -34,6 +34,8 @@ class WrkRun:
     """Sent as ``Authorization: Bearer <key>`` when not empty."""
     cpus: str | None = "0"
     """taskset CPU list for wrk, or None for unpinned."""
+    accept_encoding: str = ""
+    """Sent as ``Accept-Encoding`` when not empty (wrk does not decode: it counts the bytes sent)."""
     timeout_s: int = 10
     """wrk's per-request timeout; a request slower than this counts as a socket error."""
 
@@ -113,6 +115,7 @@ def run_wrk(run: WrkRun, *, binary: str = "wrk", allow_errors: bool = False) -> 
         "BENCH_MODEL": run.model,
         "BENCH_STREAM": "1" if run.is_stream else "0",
         "BENCH_API_KEY": run.api_key,
+        "BENCH_ACCEPT_ENCODING": run.accept_encoding,
     }
     proc = subprocess.run(
         pinned(argv, run.cpus),

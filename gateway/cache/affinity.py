@@ -4,10 +4,11 @@ An engine with a prefix cache (vLLM's automatic prefix caching, the reference en
 hashing) answers much sooner when it already holds a prompt's leading tokens. The gateway cannot
 see tokens or KV blocks, so it works on the canonical prompt bytes instead:
 
-- :func:`prefix_chain` encodes the prompt (tools, then every message, as sorted-key JSON; or the
-  text-completion prompt), cuts it into ``chunk_bytes`` pieces and chains their hashes,
-  ``h_i = SHA-256(h_{i-1} || chunk_i)`` truncated to 128 bits (SHA-256 rather than BLAKE2b: with
-  the CPU's SHA extensions it hashes a 4k-token prompt in half the time); so ``h_i`` names the
+- :func:`prefix_chain` encodes the prompt (tools, then every message, as sorted-key JSON; a Responses
+  request's tools, instructions and input the same way; or the text-completion prompt), cuts it
+  into ``chunk_bytes`` pieces and chains their hashes, ``h_i = SHA-256(h_{i-1} || chunk_i)``
+  truncated to 128 bits (SHA-256 rather than BLAKE2b: with the CPU's SHA extensions it hashes a
+  4k-token prompt in half the time); so ``h_i`` names the
   whole prefix up to chunk ``i``, and two prompts share ``h_0..h_k`` exactly when they share their
   first ``k+1`` chunks. The last user turn is hashed too: the replica that served ``[system, u1]``
   holds ``u1`` in its cache, which the next turn ``[system, u1, a1, u2]`` reuses. Only whole chunks
@@ -50,6 +51,10 @@ def prompt_bytes(body: Mapping[str, Any]) -> bytes:
         tools = body.get("tools")
         head = _encode_sorted(tools) if tools else b""
         return head + _encode_sorted(messages)
+    if "input" in body or "instructions" in body:  # the Responses API (embeddings never get here)
+        tools = body.get("tools")
+        head = _encode_sorted(tools) if tools else b""
+        return head + _encode_sorted([body.get("instructions"), body.get("input")])
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         return prompt.encode()

@@ -20,6 +20,8 @@ from gateway.policy import load_policy
 from gateway.settings import Settings
 
 DEV_ACCESS_LOG = ".local/access.log"
+DEV_KEYS_FILE = ".local/keys.json"
+"""Keys made through the admin API during development runs: kept across restarts (git-ignored)."""
 """Where ``switchyard run`` writes the access log unless the user asked for it on the terminal."""
 ENGINE_LOG_LEVELS = ("debug", "info", "warning", "error")
 """The log levels ``backends.server`` takes."""
@@ -72,9 +74,12 @@ def ensure_dev_key(overlay: str, key_file: str = ".local/dev-key") -> str:
 
 
 def dev_settings(settings: Settings) -> Settings:
-    """What ``switchyard run`` changes for a development run: the access log goes to a file, so the
-    terminal keeps the banner, unless the user asked for it (``SWITCHYARD_ACCESS_LOG`` or the
-    policy's ``telemetry.access_log``)."""
+    """What ``switchyard run`` changes for a development run: keys made through the admin API are
+    kept in ``.local/keys.json`` (unless ``SWITCHYARD_KEYS_FILE`` says where), and the access log goes
+    to a file, so the terminal keeps the banner, unless the user asked for it
+    (``SWITCHYARD_ACCESS_LOG`` or the policy's ``telemetry.access_log``)."""
+    if settings.keys_file is None:
+        settings = dataclasses.replace(settings, keys_file=DEV_KEYS_FILE)
     if settings.access_log_file or os.environ.get("SWITCHYARD_ACCESS_LOG"):
         return settings
     for path in (settings.policy_path, settings.overlay_path):

@@ -4,6 +4,7 @@ switchyard run    [--policy FILE] [--engine-model smollm2-135m]   (what ``make r
 switchyard serve  [--policy FILE] [--host H] [--port P] [--workers N]
 switchyard policy check FILE...
 switchyard keys new --tenant T [--name N] [--admin]
+switchyard keys create|list|show|update|rotate|revoke|audit --url URL --admin-key KEY ...
 switchyard route explain "prompt" [--policy FILE]
 switchyard router train data.jsonl -o router.bin
 switchyard cost estimate (--requests-per-month N | --requests-per-day N) --tokens-per-request N ...
@@ -17,6 +18,7 @@ import argparse
 from collections.abc import Callable, Sequence
 
 from gateway.cli import cost
+from gateway.cli.key_admin import add_key_admin_commands
 from gateway.cli.keys import keys_new
 from gateway.cli.local import dev_settings, run_local
 from gateway.cli.logs import configure_logging
@@ -112,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     keys_new_p.add_argument("--name")
     keys_new_p.add_argument("--admin", action="store_true", help="may read /v1/usage")
     keys_new_p.set_defaults(handler=lambda args: keys_new(args.tenant, args.name, args.admin))
+    add_key_admin_commands(keys)  # the admin API of a running gateway
 
     route = sub.add_parser("route", help="where model: auto goes").add_subparsers(
         dest="route_command", required=True

@@ -1,8 +1,9 @@
 """The policy's document: frozen msgspec Structs for every section (pools, keys, tenants, limits, ...).
 
 Each feature owns its own section's Struct (``gateway.replicas.pools`` and ``.config``,
-``gateway.tiers.config``, ``gateway.cache.config``, ``gateway.policy.telemetry``); ``Policy`` puts
-them together. Loading and validation are ``gateway.policy.loader``.
+``gateway.tiers.config``, ``gateway.cache.config``, ``gateway.compression``,
+``gateway.policy.telemetry``); ``Policy`` puts them together. Loading and validation are
+``gateway.policy.loader``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from gateway.cache.config import CacheConfig
+from gateway.compression import CompressionConfig
 from gateway.policy.telemetry import TelemetryConfig
 from gateway.replicas.config import RoutingConfig
 from gateway.replicas.pools import Pool, Timeouts
@@ -85,6 +87,9 @@ class Tenant(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Per-pool limits for this tenant (``large: {requests_per_minute: 60}``)."""
     priority: int | None = None
     """Scheduling priority of this tenant's requests (lower runs first), for keys without their own."""
+    weight: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+    """This tenant's share of a saturated pool's fair queue (``routing.pools.<pool>.queue``), relative
+    to the other tenants waiting in the same priority class: 2 gets twice the turns of 1."""
 
 
 class Auth(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -182,6 +187,8 @@ class Policy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     store: StoreConfig = StoreConfig()
     cache: CacheConfig = CacheConfig()
     """Response cache, prompt-prefix affinity and embedding cache."""
+    compression: CompressionConfig = CompressionConfig()
+    """Compression of complete responses for clients that accept it (off by default)."""
     telemetry: TelemetryConfig = TelemetryConfig()
     """Trace sampling, content capture, access logs, tenant labels on metrics."""
     routing: RoutingConfig = RoutingConfig()

@@ -6,6 +6,8 @@ reports each outcome with ``record_success`` / ``record_failure`` (passive healt
 active prober (``gateway.replicas.health``) trips and closes breakers and fills in the load the
 ``load_aware`` strategy reads. ``pick_first(balancer.pool_order(pool))`` walks the pool's
 fallbacks (``gateway.replicas.fallback``), skipping saturated pools while another can serve.
+``release(state)`` gives a request's replica slot back and tells the release listeners (a pool's
+fair queue, ``gateway.replicas.slot_queue``, hands the slot to its next waiting request).
 
 State lives in ``ReplicaState`` objects that survive a policy reload (keyed by pool, URL and
 model), so a reload neither forgets an open breaker nor resets in-flight counts. ``pick`` runs
@@ -28,7 +30,7 @@ from gateway.replicas.pools import Pool, Replica
 from gateway.replicas.state import ReplicaState
 from gateway.replicas.strategies import ReplicaStrategy, build_strategy, is_usable
 
-__all__ = ["Balancer", "BreakerListener", "ReplicaState", "origin_of"]
+__all__ = ["Balancer", "BreakerListener", "ReleaseListener", "ReplicaState", "origin_of"]
 
 logger = logging.getLogger("switchyard.routing")
 
@@ -48,6 +50,9 @@ class PoolsAndRouting(Protocol):
 
 BreakerListener = Callable[[ReplicaState, str, str], None]
 """Called with ``(state, old, new)`` when a replica's breaker changes state."""
+
+ReleaseListener = Callable[[ReplicaState], None]
+"""Called with the replica whose request just released its slot."""
 
 
 @dataclass(slots=True, eq=False)
@@ -87,6 +92,7 @@ class Balancer:
         self.pools: dict[str, tuple[ReplicaState, ...]] = {}
         self._pools: dict[str, _Pool] = {}
         self._states: dict[tuple[str, str, str], ReplicaState] = {}
+        self._release_listeners: list[ReleaseListener] = []
 
     # -- policy
 
@@ -183,6 +189,28 @@ class Balancer:
         now = self.clock()
         return not any(s.outstanding < entry.cap and s.breaker.allows(now) for s in entry.states)
 
+    def num_free_slots(self, pools: Iterable[str]) -> int | None:
+        """Requests ``pools`` (e.g. ``pool_order(pool)``) can take before every one is saturated: the
+        room below ``max_outstanding_per_replica`` on each replica the breakers allow. None when a pool
+        with such a replica has no cap (it is never saturated)."""
+        now = self.clock()
+        total = 0
+        for pool in pools:
+            entry = self._pools.get(pool)
+            if entry is None:
+                continue
+            for state in entry.states:
+                if not state.breaker.allows(now):
+                    continue
+                if entry.cap is None:
+                    return None
+                total += max(0, entry.cap - state.outstanding)
+        return total
+
+    def has_usable(self, pools: Iterable[str]) -> bool:
+        """Some replica of ``pools`` takes requests now (busy or not); no breaker trial is taken."""
+        return any(self.candidates(pool) for pool in pools)
+
     def has_healthy(self) -> bool:
         """Some replica of some pool has a breaker that is not open."""
         now = self.clock()
@@ -231,29 +259,48 @@ class Balancer:
         return chosen
 
     def pick_first(
-        self, pools: Iterable[str], exclude: Container[ReplicaState] = (), *, prefer: str | None = None
+        self,
+        pools: Iterable[str],
+        exclude: Container[ReplicaState] = (),
+        *,
+        prefer: str | None = None,
+        saturated_ok: bool = True,
     ) -> ReplicaState | None:
         """The first pool of ``pools`` (e.g. ``pool_order(pool)``) that can serve, unsaturated first.
 
         A pool with no usable replica, or saturated, passes to the next; when every pool is down or
-        saturated, the first one with a usable (saturated) replica serves. ``prefer`` applies to the
-        first pool only.
+        saturated, the first one with a usable (saturated) replica serves, unless ``saturated_ok`` is
+        False (then None: a queued pool waits instead). ``prefer`` applies to the first pool only.
         """
         order = tuple(pools)
-        for saturated_ok in (False, True):
+        for busy_ok in (False, True) if saturated_ok else (False,):
             for i, pool in enumerate(order):
-                state = self.pick(pool, exclude, prefer=prefer if i == 0 else None, saturated_ok=saturated_ok)
+                state = self.pick(pool, exclude, prefer=prefer if i == 0 else None, saturated_ok=busy_ok)
                 if state is not None:
                     return state
             if not any(self._pools[p].cap is not None for p in order if p in self._pools):
                 break  # nothing was skipped for saturation: no second pass needed
         return None
 
-    # -- outcomes
+    # -- slots and outcomes
 
-    def record_success(self, state: ReplicaState) -> None:
+    def add_release_listener(self, listener: ReleaseListener) -> None:
+        """Call ``listener(state)`` after every :meth:`release`."""
+        self._release_listeners.append(listener)
+
+    def release(self, state: ReplicaState) -> None:
+        """A request's slot on ``state`` is free again (``state.acquire()`` took it)."""
+        state.release()
+        for listener in self._release_listeners:
+            listener(state)
+
+    def record_success(self, state: ReplicaState, latency_s: float | None = None) -> None:
+        """A good answer; ``latency_s``, its time to first byte, joins the replica's recent latency."""
+        now = self.clock()
         state.num_successes += 1
-        state.breaker.record_success(self.clock())
+        state.breaker.record_success(now)
+        if latency_s is not None:
+            state.latency.observe(latency_s, now)
 
     def record_failure(self, state: ReplicaState) -> None:
         state.num_failures += 1

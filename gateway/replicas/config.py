@@ -10,6 +10,7 @@ In a policy YAML::
         large:
           fallbacks: [medium, small]              # tried in order when large cannot serve
           max_outstanding_per_replica: 32         # beyond this on every replica, large is saturated
+          queue: {max_wait_s: 10, max_queued_per_tenant: 50}   # then wait, fairly, for a slot
           strategy: load_aware
         small:
           health: {probe_interval_s: 0}           # a hosted API without /health: no probes
@@ -32,6 +33,7 @@ __all__ = [
     "BreakerConfig",
     "HealthConfig",
     "PoolRouting",
+    "QueueConfig",
     "RoutingConfig",
     "Strategy",
     "check_routing",
@@ -94,6 +96,21 @@ class HealthConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """The replica's Prometheus page, with vLLM's metric names, at its origin."""
 
 
+class QueueConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Fair queuing for a saturated pool: ``routing.pools.<name>.queue`` (``gateway.replicas.slot_queue``).
+
+    A request that finds the pool and its fallbacks saturated waits in its tenant's queue instead of
+    overloading a busy replica; a released slot goes to the most urgent priority class first, then by
+    weighted fair share among tenants (``tenants.<name>.weight``), first come first served per tenant.
+    """
+
+    max_wait_s: PositiveSeconds = 30.0
+    """The longest a request waits for a slot (its ``total_s`` deadline ends the wait sooner); then it
+    gets 503 ``pool_saturated`` with ``Retry-After``."""
+    max_queued_per_tenant: PositiveInt = 100
+    """Requests of one tenant waiting at once; one more gets 429 ``queue_full`` with ``Retry-After``."""
+
+
 class PoolRouting(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Overrides and fallbacks for one pool (``routing.pools.<name>``)."""
 
@@ -110,6 +127,9 @@ class PoolRouting(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     fallbacks follow (``large: [medium]`` and ``medium: [small]`` give large -> medium -> small)."""
     max_outstanding_per_replica: PositiveInt | None = None
     """The pool is saturated when every healthy replica has this many requests in flight."""
+    queue: QueueConfig | None = None
+    """Wait, in fair share per tenant, when the pool and its fallbacks are saturated (needs
+    ``max_outstanding_per_replica``). None: a saturated chain's first usable replica serves anyway."""
 
 
 class RoutingConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -159,6 +179,8 @@ def check_routing(routing: RoutingConfig, pools: Mapping[str, Any]) -> list[str]
                 )
             elif not url.startswith(("http://", "https://")):
                 problems.append(f"{where}.health_urls.{label}: expected an http(s) URL, got {url!r}")
+        if pool_routing.queue is not None and pool_routing.max_outstanding_per_replica is None:
+            problems.append(f"{where}.queue: needs max_outstanding_per_replica (the cap it waits on)")
     for health, where in [(routing.health, "routing.health"), *_pool_health(routing)]:
         for field in ("path", "metrics_path"):
             if not getattr(health, field).startswith("/"):

@@ -8,6 +8,8 @@ In a policy YAML::
           - {base_url: http://10.0.0.5:8000/v1, model: HuggingFaceTB/SmolLM2-135M-Instruct}
         timeouts: {first_byte_s: 30}
         price: {input_per_1k: 0.0001, output_per_1k: 0.0004}
+        template_tokens: {per_message: 5, per_request: 3}   # what its chat template adds
+        passthrough_routes: [/tokenize, /detokenize]         # the server's own routes, passed through
 """
 
 from __future__ import annotations
@@ -17,9 +19,43 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-__all__ = ["Pool", "PositiveSeconds", "Price", "Replica", "Timeouts"]
+__all__ = [
+    "GATEWAY_PATHS",
+    "Pool",
+    "PositiveSeconds",
+    "Price",
+    "Replica",
+    "TemplateTokens",
+    "Timeouts",
+    "is_gateway_path",
+]
 
 PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
+Count = Annotated[int, msgspec.Meta(ge=0)]
+RoutePath = Annotated[str, msgspec.Meta(pattern=r"^/[A-Za-z0-9._~/-]+$", max_length=256)]
+
+GATEWAY_PATHS = frozenset(
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/responses",
+        "/v1/models",
+        "/v1/usage",
+        "/v1/ws",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/openapi.json",
+        "/console",
+    }
+)
+"""Paths the gateway serves itself; no pass-through route may take one (nor one under ``/v1/admin/``)."""
+
+
+def is_gateway_path(path: str) -> bool:
+    """Whether the gateway serves ``path`` itself (``tests/gateway/test_openapi.py`` checks every route)."""
+    return path.rstrip("/") in GATEWAY_PATHS or path.startswith(("/v1/admin/", "/v1/models/"))
 
 
 class Timeouts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -73,6 +109,18 @@ class Price(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return (input_tokens * self.input_per_1k + output_tokens * self.output_per_1k) / 1000.0
 
 
+class TemplateTokens(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What a pool's chat template adds to a prompt beyond the messages' text, in tokens. The gateway
+    counts it into a chat (or Responses) prompt: the tokens it reserves, and the input it bills when
+    the upstream never reported usage (a stream the client cut off). The defaults are OpenAI's recipe."""
+
+    per_message: Count = 3
+    """Each message's framing: its role and the template's start and end markers."""
+    per_request: Count = 3
+    """Once a request: the reply's priming (``<|im_start|>assistant``), a BOS token, and the default
+    system prompt some templates add to requests that have none."""
+
+
 class Pool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A set of replicas serving one model size (small / medium / large, or any name)."""
 
@@ -83,3 +131,14 @@ class Pool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     price: Price = Price()
     """Token prices, for budgets and the usage ledger."""
     description: str = ""
+    template_tokens: TemplateTokens = TemplateTokens()
+    """What its replicas' chat template adds to each prompt, for the gateway's token counts."""
+    passthrough_routes: tuple[RoutePath, ...] = ()
+    """The replicas' own ``POST`` routes the gateway passes through (``/tokenize``, ``/detokenize``):
+    served at the same path on the gateway, with a key, routed by the body's ``model``, sent to the
+    replica's origin (``base_url`` without its path) plus the path; no tokens are counted."""
+
+    def __post_init__(self) -> None:
+        taken = [path for path in self.passthrough_routes if is_gateway_path(path)]
+        if taken:
+            raise ValueError(f"passthrough_routes: {taken[0]} is a route of the gateway's own")

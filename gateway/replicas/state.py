@@ -1,4 +1,4 @@
-"""What the gateway knows about one replica: its config, load, breaker and counters.
+"""What the gateway knows about one replica: its config, load, breaker, counters and recent latency.
 
 One ``ReplicaState`` per (pool, URL, model) survives policy reloads (``gateway.replicas.balancer``
 keeps them), so a reload neither forgets an open breaker nor resets in-flight counts.
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from gateway.replicas.breaker import Breaker
 from gateway.replicas.config import HealthConfig
+from gateway.replicas.latency import LatencyWindow
 from gateway.replicas.pools import Replica
 
 __all__ = ["ReplicaState"]
@@ -45,6 +46,8 @@ class ReplicaState:
     """The scraped figures count until this clock time."""
     num_successes: int = 0
     num_failures: int = 0
+    latency: LatencyWindow = field(default_factory=LatencyWindow)
+    """Recent answers' time to first byte (``Balancer.record_success``), for the console."""
 
     @property
     def label(self) -> str:

@@ -1,6 +1,7 @@
 """Stage: authenticate the API key and name the tenant.
 
-``Authorization: Bearer <key>``; the key is hashed and looked up among the policy's hashes. A
+``Authorization: Bearer <key>``; the key is hashed and looked up among the policy's hashes, then
+among the keys made at run time (``gateway.keys``). A
 missing, malformed, absurdly long or unknown key is a 401 ``invalid_api_key`` (unless the policy
 lets anonymous calls through). The key's text goes no further than this module. Each 401 is counted
 against the client's address (``gateway.client_limits``); past the policy's
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gateway.api_keys import MAX_KEY_LENGTH
+from gateway.api_keys import MAX_KEY_LENGTH, KeyDirectory
 from gateway.client_limits import ClientLimiter
 from gateway.compiled import CompiledPolicy
 from gateway.errors import AuthenticationFailed, InvalidRequest
@@ -61,11 +62,14 @@ def check_priority(call: Call, key: ApiKey | None) -> None:
         )
 
 
-def authenticate(compiled: CompiledPolicy, headers: Mapping[str, str]) -> ApiKey | None:
-    """The caller's key, or None for an anonymous caller the policy lets through;
-    AuthenticationFailed (401) otherwise. Every endpoint that needs a key asks this."""
+def authenticate(
+    compiled: CompiledPolicy, headers: Mapping[str, str], keys: KeyDirectory | None = None
+) -> ApiKey | None:
+    """The caller's key (the policy's, else one of ``keys``, made at run time), or None for an
+    anonymous caller the policy lets through; AuthenticationFailed (401) otherwise. Every endpoint
+    that needs a key asks this."""
     token = bearer_token(headers.get("authorization"))
-    key = compiled.keys.lookup(token) if token is not None else None
+    key = compiled.keys.lookup(token, keys) if token is not None else None
     if key is None and compiled.policy.auth.required:
         if token is None:
             raise AuthenticationFailed(
@@ -76,12 +80,16 @@ def authenticate(compiled: CompiledPolicy, headers: Mapping[str, str]) -> ApiKey
 
 
 async def authenticate_client(
-    compiled: CompiledPolicy, headers: Mapping[str, str], peer: str | None, clients: ClientLimiter | None
+    compiled: CompiledPolicy,
+    headers: Mapping[str, str],
+    peer: str | None,
+    clients: ClientLimiter | None,
+    keys: KeyDirectory | None = None,
 ) -> ApiKey | None:
     """``authenticate``, each failure counted against the client (``clients``; None: not counted):
     RateLimited (429) instead of the 401 once the client is past the policy's bound."""
     try:
-        return authenticate(compiled, headers)
+        return authenticate(compiled, headers, keys)
     except AuthenticationFailed:
         if clients is not None:
             await clients.count_failure(compiled, peer, headers)
@@ -91,15 +99,17 @@ async def authenticate_client(
 class Authenticate:
     """Sets ``call.key`` and ``call.tenant``; refuses a ``priority`` the key may not set.
 
-    ``clients`` counts failed authentications per client (None: they are not counted)."""
+    ``clients`` counts failed authentications per client (None: they are not counted); ``keys`` holds
+    the keys made at run time (None: the policy's only)."""
 
     name = "auth"
 
-    def __init__(self, clients: ClientLimiter | None = None) -> None:
+    def __init__(self, clients: ClientLimiter | None = None, keys: KeyDirectory | None = None) -> None:
         self.clients = clients
+        self.keys = keys
 
     async def __call__(self, call: Call) -> None:
-        key = await authenticate_client(call.compiled, call.headers, call.peer, self.clients)
+        key = await authenticate_client(call.compiled, call.headers, call.peer, self.clients, self.keys)
         if key is not None:
             call.key, call.tenant = key, key.tenant
         else:

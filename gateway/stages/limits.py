@@ -2,8 +2,13 @@
 
 For the call's key, its tenant, and the tenant's limits on the resolved pool, the store admits or
 denies everything at once (requests per minute, tokens per minute, concurrent requests, monthly
-budgets). Tokens are reserved up front (prompt tokens counted with tiktoken plus ``max_tokens``) and
-settled to the upstream's reported usage when the response ends, however it ends. Every response
+budgets). Tokens are reserved up front (prompt tokens counted with tiktoken, plus the pool's chat
+template overhead, plus ``max_tokens``) and settled to the upstream's reported usage when the response
+ends, however it ends; a response that never reported usage (a stream the client cut off) is settled
+to the same prompt count plus one output token per event relayed. A pass-through route (``/tokenize``)
+counts as a request, with no tokens. The store knows each request by an id of the gateway's own
+(``gateway.request_ids``), never the client's ``x-request-id``: a repeated one must not share a lease
+or be taken for a settle already made. Every response
 carries OpenAI's ``x-ratelimit-*`` headers; a denial is a 429 with ``Retry-After`` (code
 ``insufficient_quota`` for budgets), a store that cannot answer under ``fail_closed`` a 503.
 
@@ -22,6 +27,9 @@ from typing import Any
 
 from gateway.errors import GatewayError, RateLimited, ServiceUnavailable
 from gateway.pipeline import Call, Endpoint, Usage
+from gateway.replicas.pools import TemplateTokens
+from gateway.request_ids import RequestIds
+from gateway.responses import as_messages
 from gateway.stores import (
     Admission,
     Settlement,
@@ -55,10 +63,13 @@ class EnforceLimits:
         *,
         clock: Callable[[], float] = time.time,
         on_reject: Callable[[str], None] | None = None,
+        ids: RequestIds | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.on_reject = on_reject
+        self.ids = ids or RequestIds()
+        """Each request's id in the store (its leases, its settle-once mark)."""
 
     async def __call__(self, call: Call) -> None:
         caller = call.compiled.limits.for_caller(call.key, call.tenant, call.pool)
@@ -70,7 +81,7 @@ class EnforceLimits:
         month = month_of(now)
         admission = Admission(
             tenant=call.tenant,
-            request_id=call.request_id,
+            request_id=self.ids.next_id(),  # the client's x-request-id may repeat
             rules=rules,
             budgets=budgets,
             reserve_tokens=reserve,
@@ -160,27 +171,42 @@ def _denial(reason: str | None, scope: str | None, exceeds: bool, headers: dict[
     return RateLimited(f"Rate limit reached for {what}{where}. Please try again later.", headers=headers)
 
 
+_OPENAI_TEMPLATE = TemplateTokens()
+
+
 def prompt_tokens(call: Call) -> int:
-    """Prompt tokens as tiktoken counts them (cached on the call)."""
+    """Prompt tokens as tiktoken counts them, a chat prompt with its pool's ``template_tokens`` (cached
+    on the call)."""
     if call.num_prompt_tokens is None:
         counter = TokenCounter.for_model(
             call.model, default_encoding=call.policy.store.unknown_model_encoding
         )
-        body = call.body
-        if call.endpoint is Endpoint.CHAT:
-            call.num_prompt_tokens = counter.count_chat(body.get("messages") or [], body.get("tools"))
-        elif call.endpoint is Endpoint.COMPLETIONS:
+        body, endpoint = call.body, call.endpoint
+        if endpoint is Endpoint.CHAT or endpoint is Endpoint.RESPONSES:
+            messages = body.get("messages") or [] if endpoint is Endpoint.CHAT else as_messages(body)
+            pool = call.policy.pools.get(call.pool or "")
+            template = pool.template_tokens if pool is not None else _OPENAI_TEMPLATE
+            per_message, per_request = template.per_message, template.per_request
+            call.num_prompt_tokens = counter.count_chat(
+                messages, body.get("tools"), per_message=per_message, per_request=per_request
+            )
+        elif endpoint is Endpoint.COMPLETIONS:
             call.num_prompt_tokens = counter.count_prompt(body.get("prompt") or "")
-        else:
+        elif endpoint is Endpoint.EMBEDDINGS:
             call.num_prompt_tokens = counter.count_prompt(body.get("input") or "")
+        else:  # a pass-through route: nothing is counted
+            call.num_prompt_tokens = 0
     return call.num_prompt_tokens
 
 
 def max_output_tokens(call: Call) -> int:
-    if call.endpoint is Endpoint.EMBEDDINGS:
+    if call.endpoint is Endpoint.EMBEDDINGS or call.endpoint is Endpoint.PASSTHROUGH:
         return 0
     body = call.body
-    limit = body.get("max_completion_tokens") or body.get("max_tokens")
+    if call.endpoint is Endpoint.RESPONSES:
+        limit = body.get("max_output_tokens")
+    else:
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")
     if not isinstance(limit, int):
         limit = call.policy.store.default_reserve_tokens
     n = body.get("n")
@@ -196,6 +222,6 @@ def served_pool(call: Call) -> str:
 
 def estimated_usage(call: Call) -> Usage:
     """When the upstream never reported usage (a cut stream, a client gone): our best count."""
-    if call.result is None:
-        return Usage(0, 0)  # never reached the upstream: nothing was used
+    if call.result is None or call.endpoint is Endpoint.PASSTHROUGH:
+        return Usage(0, 0)  # never reached the upstream, or a route with no tokens: nothing was used
     return Usage(prompt_tokens(call), call.num_events)

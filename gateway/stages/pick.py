@@ -6,6 +6,13 @@ is preferred (its engine's KV prefix cache holds it) unless its load exceeds the
 the policy's factor, in which case the balancer's choice wins and the mapping moves. The mapping is
 recorded when the call succeeds. Replicas that take a ``cache_salt`` get the tenant's salt, so an
 engine's prefix cache never crosses tenants.
+
+A pool with a ``queue`` (``routing.pools.<name>.queue``) that is saturated, fallbacks included, makes
+the call's first attempt wait its turn for a slot (``gateway.replicas.slot_queue``): in its priority
+class (the policy's ``priority`` for its key or tenant; a client's own may only make it later), by its
+tenant's ``weight``. The wait ends at ``max_wait_s`` or the call's ``total_s`` deadline, whichever
+comes first (503 ``pool_saturated``); a tenant with ``max_queued_per_tenant`` requests waiting already
+gets 429 ``queue_full``. Retries never wait: the call holds its first replica's slot until it ends.
 """
 
 from __future__ import annotations
@@ -13,12 +20,15 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import time
 from collections.abc import Callable
 
 from gateway.cache import EVENT_OF_REASON, AffinityMap, cache_salt, choose_replica, prefix_chain
-from gateway.errors import GatewayError, ServiceUnavailable
+from gateway.errors import GatewayError, RateLimited, ServiceUnavailable
 from gateway.pipeline import Call, Endpoint
 from gateway.replicas.balancer import Balancer, ReplicaState
+from gateway.replicas.config import QueueConfig
+from gateway.replicas.slot_queue import QueueFull, QueueTimeout, SlotQueues, Ticket
 
 logger = logging.getLogger("switchyard.pick")
 
@@ -35,9 +45,12 @@ class PickReplica:
         *,
         on_event: Callable[[str], None] | None = None,
         environ: dict[str, str] | None = None,
+        queues: SlotQueues | None = None,
     ) -> None:
         self.balancer = balancer
         self.affinity = affinity
+        self.queues = queues or SlotQueues(balancer)
+        """The fair queues of saturated pools whose policy has a ``queue``."""
         self.on_event = on_event
         self._environ = environ if environ is not None else os.environ
         self._salts: dict[tuple[str, str], str] = {}
@@ -50,13 +63,16 @@ class PickReplica:
         prefer: str | None = None
         if (
             self.affinity is not None
-            and call.endpoint is not Endpoint.EMBEDDINGS
+            and call.endpoint not in (Endpoint.EMBEDDINGS, Endpoint.PASSTHROUGH)  # nothing prefilled
             and call.policy.cache.affinity_enabled_for(call.pool)
             and len(self.balancer.replicas(call.pool)) > 1
         ):
             prefer = await self._preferred(call, exclude)
-        # the pool, then its fallbacks (large -> medium -> small) when none of it can serve
-        state = self.balancer.pick_first(self.balancer.pool_order(call.pool), exclude, prefer=prefer)
+        queue = call.policy.routing.for_pool(call.pool).queue
+        if queue is not None and call.attempts <= 1:  # saturated: wait for a slot, in fair share
+            state = await self._wait_for_slot(call, queue, prefer)
+        else:  # the pool, then its fallbacks (large -> medium -> small) when none of it can serve
+            state = self.balancer.pick_first(self.balancer.pool_order(call.pool), exclude, prefer=prefer)
         if state is None:
             raise ServiceUnavailable(
                 f"No healthy replica in pool `{call.pool}` or its fallbacks; try again shortly.",
@@ -70,6 +86,40 @@ class PickReplica:
             call.body["cache_salt"] = self._salt(call.tenant, config.salt_secret_env)
         else:
             call.body.pop("cache_salt", None)  # a retry may land on a replica that takes none
+
+    async def _wait_for_slot(
+        self, call: Call, config: QueueConfig, prefer: str | None
+    ) -> ReplicaState | None:
+        """A replica below its cap, at once or after waiting in the pool's fair queue."""
+        assert call.pool is not None
+        policy = call.policy
+        priority = policy.priority_for(call.key, call.tenant)
+        floor = 0 if priority is None else priority
+        given = call.body.get("priority")  # there only when the key allows it
+        tenant = policy.tenants.get(call.tenant)
+        ticket = Ticket(
+            call.tenant,
+            max(given, floor) if isinstance(given, int) else floor,  # a client may only go later
+            tenant.weight if tenant is not None else 1.0,
+        )
+        deadline = call.started_at + policy.timeouts_for(call.pool).total_s  # waiting spends the budget
+        timeout_s = min(config.max_wait_s, deadline - time.perf_counter())
+        try:
+            return await self.queues.take(call.pool, ticket, config, timeout_s, prefer=prefer)
+        except QueueFull:
+            raise RateLimited(
+                f"Too many of your requests are waiting for pool `{call.pool}` "
+                f"(at most {config.max_queued_per_tenant}); try again shortly.",
+                code="queue_full",
+                headers={"Retry-After": "1"},
+            ) from None
+        except QueueTimeout:
+            raise ServiceUnavailable(
+                f"Pool `{call.pool}` and its fallbacks stayed saturated while the request waited; "
+                "try again shortly.",
+                code="pool_saturated",
+                headers={"Retry-After": "1"},
+            ) from None
 
     async def _preferred(self, call: Call, exclude: tuple[ReplicaState, ...]) -> str | None:
         """The replica label prefix affinity prefers, unless it is overloaded (then None)."""

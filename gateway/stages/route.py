@@ -4,7 +4,8 @@ A pool name or an alias routes directly. The auto model (``model: "auto"``, or a
 it) asks the policy's tier classifier; a conversation keeps the tier its first turn got (shared by
 every gateway replica through the store) unless the policy turns stickiness off. A model the key
 may not use is OpenAI's 404. The choice and its reason go to ``x-switchyard-pool`` and
-``x-switchyard-route-reason``.
+``x-switchyard-route-reason``. A Responses request is classified by its ``instructions`` and
+``input`` as chat messages; a pass-through route (``/tokenize``) must be one the pool declares (404).
 """
 
 from __future__ import annotations
@@ -14,29 +15,43 @@ from typing import Any
 
 from gateway.cache.blobs import Blobs
 from gateway.compiled import CompiledPolicy
-from gateway.errors import ModelNotFound
+from gateway.errors import ModelNotFound, NotFound
 from gateway.pipeline import Call, Endpoint
+from gateway.responses import as_messages
 from gateway.tiers.classifier import ClassifyInput, conversation_key
 
 logger = logging.getLogger("switchyard.route")
 STICKY_TTL_S = 24 * 3600.0
 
 
+def _messages(call: Call) -> list[Any] | None:
+    """The conversation as chat messages (chat, the Responses API, a pass-through body that has them)."""
+    if call.endpoint is Endpoint.RESPONSES:
+        return as_messages(call.body)
+    if call.endpoint is Endpoint.CHAT or call.endpoint is Endpoint.PASSTHROUGH:
+        messages = call.body.get("messages")
+        return messages if isinstance(messages, list) else None
+    return None
+
+
 def _classify_input(call: Call) -> ClassifyInput:
     body: dict[str, Any] = call.body
-    if call.endpoint is Endpoint.CHAT:
-        response_format = body.get("response_format")
+    messages = _messages(call)
+    if messages is not None:
+        text = body.get("text")  # the Responses API's {"format": {...}}
+        text_format = text.get("format") if isinstance(text, dict) else None
+        response_format = body.get("response_format") or text_format
         json_mode = isinstance(response_format, dict) and response_format.get("type") in (
             "json_object",
             "json_schema",
         )
         return ClassifyInput(
-            messages=body.get("messages") or [],
+            messages=messages,
             tools=bool(body.get("tools")),
             json_mode=json_mode,
             num_prompt_tokens=call.num_prompt_tokens,
         )
-    prompt = body.get("prompt") if call.endpoint is Endpoint.COMPLETIONS else body.get("input")
+    prompt = body.get("input") if call.endpoint is Endpoint.EMBEDDINGS else body.get("prompt")
     return ClassifyInput(
         messages=[],
         prompt=prompt if isinstance(prompt, str) else None,
@@ -64,6 +79,8 @@ class RouteModel:
             call.route_reason = "pool" if pool == call.model else "alias"
         if call.key is not None and not compiled.keys.may_use(call.key, call.model, pool):
             raise ModelNotFound.for_model(call.model)  # OpenAI answers the same for "no access"
+        if call.endpoint is Endpoint.PASSTHROUGH and call.path not in policy.pools[pool].passthrough_routes:
+            raise NotFound(f"The model `{call.model}` does not serve {call.path}.", param="model")
         call.pool = pool
         call.response_headers["x-switchyard-route-reason"] = call.route_reason or ""
 
@@ -71,8 +88,9 @@ class RouteModel:
         policy, classifier, keys = compiled.policy, compiled.classifier, compiled.keys
         assert classifier is not None and policy.classifier is not None
         sticky_key = None
-        if policy.classifier.sticky_conversations and call.endpoint is Endpoint.CHAT:
-            conversation = conversation_key(call.body.get("messages") or [], namespace=call.tenant)
+        messages = _messages(call) if call.endpoint is not Endpoint.PASSTHROUGH else None
+        if policy.classifier.sticky_conversations and messages:
+            conversation = conversation_key(messages, namespace=call.tenant)
             if conversation is not None:
                 sticky_key = f"sy:{{t:{call.tenant}}}:tier:{conversation}"
                 remembered = await self.sticky.get(sticky_key)

@@ -1,9 +1,12 @@
 """Stage: call the chosen replica and turn its answer into the call's result.
 
 The body is forwarded with every unknown field intact; only ``model`` is rewritten to the
-replica's served name (``priority`` is set from the policy, see below; for streams,
-``stream_options.include_usage`` is switched on so the gateway can account tokens). Responses name
-the model the client asked for. A stream is relayed event by event (see ``gateway.sse``);
+replica's served name (``priority`` is set from the policy, see below; for chat and completion
+streams, ``stream_options.include_usage`` is switched on so the gateway can account tokens, see
+``gateway.sse.upstream_stream_options``). Responses name the model the client asked for. Each attempt
+sends its own ``X-Request-Id`` (``gateway.request_ids``): the client's id repeats, an attempt's may
+not. A pass-through route goes to the replica's origin plus its path. A stream is relayed event by
+event (see ``gateway.sse``; the Responses API's, ``gateway.responses``);
 everything that can fail before the first byte reaches the client fails as a plain HTTP error,
 anything later ends the stream with an error event and ``[DONE]``.
 
@@ -31,14 +34,17 @@ import msgspec
 
 from gateway.errors import (
     GatewayError,
+    ServiceUnavailable,
     UpstreamError,
     UpstreamProtocolError,
     UpstreamStatusError,
 )
-from gateway.pipeline import BytesResult, Call, StreamResult, UpstreamSpan
-from gateway.replicas.balancer import Balancer, ReplicaState
+from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult, UpstreamSpan, Usage
+from gateway.replicas.balancer import Balancer, ReplicaState, origin_of
 from gateway.replicas.client import UpstreamClient, UpstreamResponse
-from gateway.sse import DONE_EVENT, SSERelay, model_rewriter, read_body_usage, rewrite
+from gateway.request_ids import RequestIds
+from gateway.responses import ResponsesRelay, read_response_usage
+from gateway.sse import SSERelay, model_rewriter, read_body_usage, rewrite, upstream_stream_options
 
 _encode = msgspec.json.encode
 _MAX_ERROR_BODY = 64 * 1024
@@ -85,26 +91,29 @@ class CallUpstream:
 
     name = "upstream"
 
-    def __init__(self, client: UpstreamClient, balancer: Balancer) -> None:
+    def __init__(self, client: UpstreamClient, balancer: Balancer, ids: RequestIds | None = None) -> None:
         self.client = client
         self.balancer = balancer
+        self.ids = ids or RequestIds()
+        """Each attempt's own ``X-Request-Id``."""
 
     async def __call__(self, call: Call) -> None:
         state = call.replica
         assert state is not None and call.pool is not None
+        url = _url(call, state)  # before anything is started: a fallback may lack a pass-through route
         replica = state.replica
         body = call.body
         body["model"] = replica.model
-        priority = call.policy.priority_for(call.key, call.tenant)
+        is_passthrough = call.endpoint is Endpoint.PASSTHROUGH  # the backend's own route: no priority
+        priority = None if is_passthrough else call.policy.priority_for(call.key, call.tenant)
         if priority is not None:  # lower runs first: a client's own may not go below the policy's
             given = body.get("priority")
             body["priority"] = max(given, priority) if isinstance(given, int) else priority
-        if call.is_stream:
+        if call.is_stream and call.endpoint is not Endpoint.RESPONSES:  # Responses streams carry usage
             options = body.get("stream_options")
-            body["stream_options"] = (
-                {**options, "include_usage": True} if isinstance(options, dict) else {"include_usage": True}
-            )
-        headers = {"Content-Type": "application/json", "X-Request-Id": call.request_id, **state.headers}
+            body["stream_options"] = upstream_stream_options(options, include_usage=call.include_usage)
+        upstream_id = self.ids.for_upstream(call.request_id)  # the client's id may repeat; this never does
+        headers = {"Content-Type": "application/json", "X-Request-Id": upstream_id, **state.headers}
         attempt: UpstreamSpan | None = None
         if call.span is not None:  # traced: the replica continues this attempt's span
             attempt = call.span.start_attempt(call, replica.model, state.label, max(call.attempts, 1))
@@ -123,7 +132,7 @@ class CallUpstream:
         what = f"upstream {state.label}"
 
         state.acquire()
-        call.on_finish(_release(state))
+        call.on_finish(_release(self.balancer, state))
         sent_at = time.perf_counter()
         deadline = call.started_at + timeouts.total_s  # retries share it (gateway.stages.retry)
         first_byte_at = min(sent_at + timeouts.first_byte_s, deadline)
@@ -131,7 +140,7 @@ class CallUpstream:
         headers_s = max(0.0, (first_byte_at if call.is_stream else deadline) - sent_at)
         try:
             response = await self.client.post(
-                replica.base_url.rstrip("/") + call.endpoint.value,
+                url,
                 _encode(body),
                 headers,
                 timeouts,
@@ -150,7 +159,7 @@ class CallUpstream:
                 if response.status != 200:
                     await self._raise_for_status(response, state)
                 payload = await response.read()
-                usage, finish_reasons = read_body_usage(payload)
+                usage, finish_reasons = _read_usage(call.endpoint, payload)
             except BaseException as error:
                 if _is_broken(error):
                     self.balancer.record_failure(state)
@@ -158,16 +167,22 @@ class CallUpstream:
                     attempt.end(call, error)
                 raise
             response.release()
-            call.upstream_s += time.perf_counter() - sent_at
-            self.balancer.record_success(state)
+            elapsed_s = time.perf_counter() - sent_at
+            call.upstream_s += elapsed_s
+            self.balancer.record_success(state, elapsed_s)
             call.usage, call.finish_reasons = usage, finish_reasons
-            call.result = BytesResult(200, rewrite(payload, replacements))
+            content_type = response.content_type if is_passthrough else ""  # the backend's, as it is
+            call.result = BytesResult(200, rewrite(payload, replacements), content_type or "application/json")
             if attempt is not None:
                 if call.span is not None and call.span.captures_content:
                     attempt.record_output(_output_messages(payload))
                 attempt.end(call)
             return
-        relay = SSERelay(replacements, drop_usage_chunk=not call.include_usage)
+        relay = (
+            ResponsesRelay(replacements)
+            if call.endpoint is Endpoint.RESPONSES
+            else SSERelay(replacements, drop_usage_chunk=not call.include_usage)
+        )
         # the first event within first_byte_s of sending (prefill, queueing), later ones within idle_s
         chunks = response.chunks(timeouts.idle_s, first_s=max(0.0, first_byte_at - time.perf_counter()))
         try:
@@ -179,9 +194,10 @@ class CallUpstream:
             if attempt is not None:
                 attempt.end(call, error)
             raise
-        call.upstream_s += time.perf_counter() - sent_at
         call.first_token_at = time.perf_counter()
-        self.balancer.record_success(state)
+        elapsed_s = call.first_token_at - sent_at
+        call.upstream_s += elapsed_s
+        self.balancer.record_success(state, elapsed_s)  # time to the first event: the recent latency
         call.result = StreamResult(_relay(call, response, chunks, relay, first, attempt))
 
     async def _raise_for_status(self, response: UpstreamResponse, state: ReplicaState) -> None:
@@ -206,15 +222,41 @@ class CallUpstream:
         raise UpstreamProtocolError("upstream closed the stream before sending an event")
 
 
+def _url(call: Call, state: ReplicaState) -> str:
+    """Where the attempt goes: the replica's ``base_url`` plus the endpoint's path; a pass-through route
+    goes to its origin plus the route (vLLM serves ``/tokenize`` beside ``/v1``, not under it), and only
+    to a pool that declares the route (a fallback pool may not: then no replica can serve it)."""
+    if call.endpoint is not Endpoint.PASSTHROUGH:
+        path: str = call.endpoint.value
+        return state.replica.base_url.rstrip("/") + path
+    pool = call.policy.pools.get(state.pool)
+    if pool is None or call.path is None or call.path not in pool.passthrough_routes:
+        raise ServiceUnavailable(
+            f"No replica of pool `{call.pool}` can serve {call.path} now; try again shortly.",
+            code="no_healthy_replica",
+            headers={"Retry-After": "1"},
+        )
+    return origin_of(state.replica.base_url) + call.path
+
+
+def _read_usage(endpoint: Endpoint, payload: bytes) -> tuple[Usage | None, list[str]]:
+    """Usage and finish reasons of a plain answer (a pass-through route's counts nothing)."""
+    if endpoint is Endpoint.RESPONSES:
+        return read_response_usage(payload)
+    if endpoint is Endpoint.PASSTHROUGH:
+        return None, []
+    return read_body_usage(payload)
+
+
 def _is_broken(error: BaseException) -> bool:
     """Does this failure count against the replica's breaker? Connect errors (a connect timeout
     included), resets, 5xx and malformed answers do; timeouts and the upstream's own 4xx do not."""
     return isinstance(error, UpstreamError) and not isinstance(error, UpstreamStatusError)
 
 
-def _release(state: ReplicaState):  # type: ignore[no-untyped-def]
+def _release(balancer: Balancer, state: ReplicaState):  # type: ignore[no-untyped-def]
     async def release(call: Call, error: GatewayError | None) -> None:
-        state.release()
+        balancer.release(state)  # a fair queue waiting on the pool gets the slot
 
     return release
 
@@ -242,16 +284,18 @@ async def _relay(
                     raise relay.failure
                 if relay.is_done:
                     break
-        if not relay.is_done:
-            if relay.error is None:
-                raise UpstreamProtocolError("upstream closed the stream before [DONE]")
-            yield DONE_EVENT  # the upstream sent its own error event: close the stream cleanly
+        if not relay.is_done:  # the upstream closed the stream
+            if relay.error is None and not relay.is_complete:
+                raise UpstreamProtocolError("upstream closed the stream before its end")
+            closing = relay.closing()  # after the upstream's own error event: close the stream cleanly
+            if closing:
+                yield closing
     except GatewayError as e:
         error = e
-        yield e.to_sse() + DONE_EVENT
+        yield relay.error_event(e)
     finally:
         # a client that went away cancels us here; dropping the connection stops the upstream
-        if relay.is_done:
+        if relay.is_complete:
             response.release()
         else:
             response.close()

@@ -2,7 +2,8 @@
 
 Each app gets its own ``CollectorRegistry`` so that several apps (tests, workers) never collide.
 Labels never carry API keys or prompt content; tenants label token counters only when the policy's
-``telemetry.tenant_labels`` allows it.
+``telemetry.tenant_labels`` allows it. The fair queue's series (``switchyard_queue_*``) are per tenant
+always: fair share is per tenant, and they exist only for pools whose policy has a ``queue``.
 
 Several worker processes (``switchyard serve --workers N``): the parent calls
 :func:`prepare_multiprocess` (an empty directory in ``PROMETHEUS_MULTIPROC_DIR``) before any worker
@@ -79,6 +80,7 @@ def upstream_error_kind(error: GatewayError) -> str | None:
 
 TPOT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5)
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+QUEUE_WAIT_BUCKETS_S = (0, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 OVERHEAD_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 
 
@@ -199,6 +201,26 @@ class Metrics:
             ("cache", "event"),
             registry=r,
         )
+        self.queue_depth = Gauge(
+            "switchyard_queue_depth",
+            "Requests waiting in a saturated pool's fair queue, by pool and tenant.",
+            ("pool", "tenant"),
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.queue_wait = Histogram(
+            "switchyard_queue_wait_seconds",
+            "Time a request waited for a replica slot in its pool's fair queue (0: served at once).",
+            ("pool", "tenant"),
+            buckets=QUEUE_WAIT_BUCKETS_S,
+            registry=r,
+        )
+        self.queue_refused = Counter(
+            "switchyard_queue_refused",
+            "Requests the fair queue turned away: full (429 queue_full), timeout (503 pool_saturated).",
+            ("pool", "tenant", "reason"),
+            registry=r,
+        )
         self.policy_reloads = Counter(
             "switchyard_policy_reloads",
             "Policy reload attempts by result.",
@@ -229,6 +251,23 @@ class Metrics:
     def count_store_fallback(self, reason: str) -> None:
         """The store fell back to its local limiter (Redis failed) or came back."""
         self.store_fallbacks.labels(reason).inc()
+
+    # the fair queue's (gateway.replicas.slot_queue.QueueObserver)
+    def set_queue_depth(self, pool: str, tenant: str, depth: int) -> None:
+        self._child(self.queue_depth, pool, tenant).set(depth)
+
+    def observe_queue_wait(self, pool: str, tenant: str, wait_s: float) -> None:
+        self._child(self.queue_wait, pool, tenant).observe(wait_s)
+
+    def count_queue_refusal(self, pool: str, tenant: str, reason: str) -> None:
+        self._child(self.queue_refused, pool, tenant, reason).inc()
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (metric, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     async def record(self, call: Call, error: GatewayError | None) -> None:
         """The pipeline's finisher: ``record_call`` once the call is over."""

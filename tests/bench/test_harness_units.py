@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from harness.errors import BenchError, WrkError
 from harness.measure import Point
-from harness.nginx import JSON_BODY, SSE_BODY, render_nginx_conf, return_directives
+from harness.nginx import (
+    JSON_BODIES,
+    JSON_BODY,
+    LONG_JSON_BODY,
+    SSE_BODY,
+    render_nginx_conf,
+    return_directives,
+)
 from harness.report import (
     GOAL_SETS,
     Goals,
@@ -20,7 +31,7 @@ from harness.report import (
     summarize,
     to_json,
 )
-from harness.targets import POLICY_TEMPLATE, Target, fill, parse_gateway_spec
+from harness.targets import HARNESS_DIR, POLICY_TEMPLATE, Target, fill, parse_gateway_spec, probe
 from harness.wrk import WrkResult, parse_wrk_output
 
 WRK_STDOUT = """Running 1s test @ http://127.0.0.1:1/v1/chat/completions
@@ -76,6 +87,82 @@ def test_render_nginx_conf_fills_every_slot(tmp_path: Path) -> None:
     assert "{{" not in conf
     assert "listen 127.0.0.1:12345" in conf
     assert str(tmp_path / "nginx.pid") in conf
+
+
+def test_the_long_canned_body_is_openai_shaped_and_over_the_compression_threshold() -> None:
+    assert JSON_BODIES == {"short": JSON_BODY, "long": LONG_JSON_BODY}
+    text = LONG_JSON_BODY.read_text().strip()
+    completion = json.loads(text)
+    assert completion["object"] == "chat.completion" and completion["usage"]["completion_tokens"] > 0
+    assert 1024 < len(text.encode()) < 4096 and "$" not in text
+    assert len(JSON_BODY.read_text().strip().encode()) < 1024
+
+
+def test_render_nginx_conf_serves_the_chosen_plain_body(tmp_path: Path) -> None:
+    assert "chatcmpl-bench0001" in render_nginx_conf(tmp_path, 1)
+    conf = render_nginx_conf(tmp_path, 1, LONG_JSON_BODY)
+    assert "chatcmpl-bench0002" in conf and "chatcmpl-bench0001" not in conf
+    assert all(len(line) < 4096 for line in conf.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("name", "enabled"), [("policy.yaml.tmpl", False), ("policy-compression.yaml.tmpl", True)]
+)
+def test_the_compression_policy_template_differs_from_the_bench_policy_only_there(
+    tmp_path: Path, name: str, enabled: bool
+) -> None:
+    from gateway.policy import load_policy
+
+    path = tmp_path / "bench.yaml"
+    path.write_text(
+        fill((HARNESS_DIR / name).read_text(), {"NGINX_PORT": "8080", "API_KEY_SHA256": "0" * 64})
+    )
+    policy = load_policy(path)
+    assert policy.compression.enabled is enabled and policy.compression.min_size_bytes == 1024
+    assert set(policy.pools) == {"bench", "bench-sse"} and len(policy.keys) == 1
+
+
+class _Canned(BaseHTTPRequestHandler):
+    """Answers like the canned upstream: the short JSON body (gzip when asked), the SSE body."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path.startswith("/sse"):
+            body, headers = SSE_BODY.read_bytes(), {"Content-Type": "text/event-stream"}
+        else:
+            body, headers = JSON_BODY.read_bytes(), {"Content-Type": "application/json"}
+            if "gzip" in (self.headers.get("Accept-Encoding") or ""):
+                body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+        self.send_response(200)
+        for name, value in {**headers, "Content-Length": str(len(body))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def canned_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Canned)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_probe_reports_how_an_accept_encoding_request_came_back(
+    canned_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = Target("gw", "gateway", canned_url + "/json", canned_url + "/sse", _FakeProcess())  # type: ignore[arg-type]
+    probe(target, "sk")
+    assert capsys.readouterr().err == ""
+    probe(target, "sk", "gzip")
+    err = capsys.readouterr().err
+    assert "Accept-Encoding 'gzip': Content-Encoding gzip" in err
+    assert f"of {len(JSON_BODY.read_bytes()):,} bytes" in err
 
 
 def test_parse_gateway_spec(tmp_path: Path) -> None:

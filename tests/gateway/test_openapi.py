@@ -17,6 +17,7 @@ from gateway.errors import InvalidRequest
 from gateway.openapi import OPENAPI_PATH, build_document
 from gateway.pipeline import Endpoint
 from gateway.proxy import ROUTES, ProxyApp
+from gateway.replicas.pools import is_gateway_path
 from gateway.schemas import parse_body
 from gateway.settings import Settings
 from tests.reliability.test_validation_contract import CAPABILITIES, CONTRACT, Row
@@ -99,3 +100,8 @@ def validators() -> dict[Endpoint, Any]:
 def test_request_schemas_accept_what_the_gateway_accepts(validators: dict[Endpoint, Any], row: Row) -> None:
     # every row of the validation contract: the document and the gateway give the same verdict
     assert validators[_endpoint(row)].is_valid(row.body()) == _gateway_accepts(row)
+
+
+def test_no_passthrough_route_can_take_a_route_of_the_gateways_own(app: ProxyApp) -> None:
+    # a pool's passthrough_routes are refused when the gateway serves the path (gateway.replicas.pools)
+    assert [path for path, _ in real_routes(app) if not is_gateway_path(path)] == []

@@ -111,3 +111,25 @@ def test_keys_and_tenants_carry_scheduling_priorities(tmp_path: Path) -> None:
     text = f"pools:\n  s:\n    replicas: [{{base_url: 'http://x', model: m}}]\nkeys: [{key}]\n"
     with pytest.raises(PolicyError, match=r"keys\[0\].priority: expected `int \| null`, got `str`"):
         load_policy(_write(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("routes", "message"),
+    [
+        ("[/v1/models]", "pools.s.passthrough_routes: /v1/models is a route of the gateway's own"),
+        ("[/v1/admin/keys]", "pools.s.passthrough_routes: /v1/admin/keys is a route of the gateway's own"),
+        ("[tokenize]", "pools.s.passthrough_routes[0]: expected `str` matching regex"),
+    ],
+)
+def test_passthrough_routes_are_paths_the_gateway_does_not_serve_itself(
+    tmp_path: Path, routes: str, message: str
+) -> None:
+    head = "pools:\n  s:\n    replicas: [{base_url: 'http://x', model: m}]\n"
+    text = f"{head}    passthrough_routes: {routes}\n"
+    with pytest.raises(PolicyError) as info:
+        load_policy(_write(tmp_path, text))
+    assert message in str(info.value)
+    good = text.replace(routes, "[/tokenize, /detokenize]") + "    template_tokens: {per_message: 5}\n"
+    pool = load_policy(_write(tmp_path, good)).pools["s"]
+    assert pool.passthrough_routes == ("/tokenize", "/detokenize")
+    assert (pool.template_tokens.per_message, pool.template_tokens.per_request) == (5, 3)

@@ -37,6 +37,8 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     document["pools"] = {POOL: document["pools"][POOL]}  # "echo": every request it gets is answered
     document["aliases"] = {}
     document["auth"] = {"required": True}
+    # the shipped classifier, every tier on the one pool: POST /v1/admin/route/explain classifies fuzzed text
+    document["classifier"] = {"kind": "learned", "tier_pools": {"small": POOL, "medium": POOL, "large": POOL}}
     # an admin key reaches every route (GET /v1/usage too); no limits: a 429 would hide the rest
     document["keys"] = [{"sha256": hash_key(KEY), "tenant": "fuzz", "name": "fuzz", "admin": True}]
     # every case is also sent without its key, all from loopback: past the per-client bound those
@@ -74,6 +76,10 @@ def _aim_at_the_pool(case: schemathesis.Case) -> None:
         model = body.get("model")
         if isinstance(model, str) and 1 <= len(model) <= 256:
             body["model"] = POOL
+        for scope in ("pools", "models"):  # a key's allowlists (the admin API) name real ones too
+            names = body.get(scope)
+            if isinstance(names, list) and all(isinstance(name, str) for name in names):
+                body[scope] = [POOL] * len(names)
 
 
 @schema.parametrize()

@@ -15,10 +15,17 @@ every replica of a test policy:
 - ``slow-stream``   a stream with one event per 50 ms, 200 events (for disconnect tests)
 - ``slow-body``     200 and its headers at once, then a JSON body trickled over ~3 s (total timeouts)
 - ``slow-echo``     like ``echo`` after 300 ms (for single-flight tests)
+- ``gated``         like ``echo``, once the test lets it through: each ``open_gate()`` lets one
+                    waiting (or later) request answer, so a test decides when a replica slot frees
 - ``ratelimited``   an OpenAI-shaped 429
 - ``slow-start``    like ``echo``, but the answer starts after ``slow_start_s`` (0.5 s): a plain
                     response's headers come with its body then (as vLLM sends them, when generation
                     ends); a stream's headers come at once and its first event then
+- ``vllm-stream``   a chat stream as vLLM sends it: ``system_fingerprint`` on the finish chunk, or on
+                    the usage chunk instead when ``include_usage`` is on; ``continuous_usage_stats``
+                    (with ``include_usage`` only) puts the usage so far on every chunk
+
+vLLM's other routes (the Responses API, ``/tokenize``, ``/detokenize``) are in ``fake_vllm.py``.
 
 Embeddings are ``fake_vector(model, text)``: three floats derived from the served model and the
 input, so every input (and every model) gets its own vector.
@@ -38,6 +45,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.support.fake_vllm import FINGERPRINT, add_vllm_routes
 from tests.support.redis_server import free_port
 
 
@@ -71,18 +79,19 @@ def _chat_body(model: str, content: str, usage: tuple[int, int]) -> dict[str, An
     }
 
 
-def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
+def _chunk(model: str, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
     body = {
         "id": "chatcmpl-fake",
         "object": "chat.completion.chunk",
         "created": 1,
         "model": model,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        **extra,
     }
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
-def _usage_chunk(model: str, usage: tuple[int, int]) -> bytes:
+def _usage_chunk(model: str, usage: tuple[int, int], **extra: Any) -> bytes:
     body = {
         "id": "chatcmpl-fake",
         "object": "chat.completion.chunk",
@@ -94,8 +103,17 @@ def _usage_chunk(model: str, usage: tuple[int, int]) -> bytes:
             "completion_tokens": usage[1],
             "total_tokens": usage[0] + usage[1],
         },
+        **extra,
     }
     return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _usage(num_prompt: int, num_output: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": num_prompt,
+        "completion_tokens": num_output,
+        "total_tokens": num_prompt + num_output,
+    }
 
 
 class FakeUpstream:
@@ -111,6 +129,7 @@ class FakeUpstream:
         self.num_hangs_abandoned = 0
         self.cancelled_at: list[float] = []
         self.slow_start_s = 0.5
+        self._gate: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -126,6 +145,7 @@ class FakeUpstream:
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/health", self._health)
+        add_vllm_routes(app, self)
         return app
 
     async def _hang(self, request: web.Request) -> None:
@@ -165,6 +185,9 @@ class FakeUpstream:
             await self._hang(request)
         if model == "slow-echo":
             await asyncio.sleep(0.3)
+        if model == "gated":
+            assert self._gate is not None
+            await self._gate.acquire()
         if model == "ratelimited":
             return (
                 body,
@@ -219,7 +242,13 @@ class FakeUpstream:
     async def _stream(self, request: web.Request, body: dict[str, Any], model: str) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        options = body.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage"))
+        if model == "vllm-stream":
+            await self._vllm_stream(
+                response, model, include_usage, bool(options.get("continuous_usage_stats"))
+            )
+            return response
         try:
             if model == "slow-start":
                 await asyncio.sleep(self.slow_start_s)
@@ -249,6 +278,30 @@ class FakeUpstream:
             self.cancelled_at.append(time.monotonic())
             raise
         return response
+
+    async def _vllm_stream(
+        self, response: web.StreamResponse, model: str, include_usage: bool, continuous: bool
+    ) -> None:
+        """vLLM's chat stream: the fingerprint moves to the usage chunk when usage is on; continuous
+        usage stats count only with include_usage."""
+        continuous = continuous and include_usage
+        await response.write(
+            _chunk(model, {"role": "assistant", "content": ""}, **self._so_far(continuous, 0))
+        )
+        for i, word in enumerate(self.WORDS[:-1]):
+            await response.write(_chunk(model, {"content": word}, **self._so_far(continuous, i + 1)))
+        last = {"system_fingerprint": FINGERPRINT} if not include_usage else {}
+        finish = self._so_far(continuous, len(self.WORDS))
+        await response.write(_chunk(model, {"content": self.WORDS[-1]}, "stop", **last, **finish))
+        if include_usage:
+            usage = (11, len(self.WORDS))
+            await response.write(_usage_chunk(model, usage, system_fingerprint=FINGERPRINT))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+
+    @staticmethod
+    def _so_far(continuous: bool, num_output: int) -> dict[str, Any]:
+        return {"usage": _usage(11, num_output)} if continuous else {}
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body, model, early = await self._common(request)
@@ -299,6 +352,7 @@ class FakeUpstream:
         def run() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
+            self._gate = asyncio.Semaphore(0)
             # stop() cancels what still runs (a "hang", a stalled stream) instead of waiting for it
             self._runner = web.AppRunner(self._app(), handle_signals=False, shutdown_timeout=0.1)
             loop.run_until_complete(self._runner.setup())
@@ -318,6 +372,12 @@ class FakeUpstream:
         self._thread.start()
         self._started.wait(10)
         return self
+
+    def open_gate(self, n: int = 1) -> None:
+        """Let ``n`` ``gated`` requests answer: those waiting, else the next to arrive."""
+        assert self._loop is not None and self._gate is not None, "not started"
+        for _ in range(n):
+            self._loop.call_soon_threadsafe(self._gate.release)
 
     def stop(self) -> None:
         if self._loop is not None:

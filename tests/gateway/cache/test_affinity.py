@@ -133,3 +133,17 @@ def test_cache_salt_is_per_tenant_stable_and_keyed() -> None:
     assert salt != cache_salt("globex", "s3cret")
     assert salt != cache_salt("acme", "other secret")
     assert "acme" not in salt
+
+
+def test_a_responses_conversation_extends_its_chain_as_chat_does() -> None:
+    turn = [{"role": "user", "content": "Tell me about Paris." * 60}]
+    first = {"model": "small", "instructions": SYSTEM["content"], "input": turn}
+    answer = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "Paris." * 80}],
+    }
+    second = {**first, "input": [*turn, answer, {"role": "user", "content": "And Rome?"}]}
+    one, two = prefix_chain(first), prefix_chain(second)
+    assert len(one) >= 5 and two[: len(one)] == one
+    assert prefix_chain({**first, "instructions": "Other."})[:1] != one[:1]

@@ -31,6 +31,7 @@ def test_the_readme_table_is_read() -> None:
         ["serve"],
         ["policy", "check"],
         ["keys", "new"],
+        ["keys", "create"],
         ["route", "explain"],
         ["router", "train"],
         ["cost", "estimate"],

@@ -1,4 +1,5 @@
-"""The balancer: reloads, breakers in ``pick``, affinity preference, saturation, fallbacks, config."""
+"""The balancer: reloads, breakers in ``pick``, affinity preference, saturation, free slots and
+releases, fallbacks, config."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from gateway.replicas.config import (
     BreakerConfig,
     HealthConfig,
     PoolRouting,
+    QueueConfig,
     RoutingConfig,
     check_routing,
     convert_routing,
@@ -208,6 +210,45 @@ def test_saturation_and_fallback_order() -> None:
     assert balancer.pool_order("unknown") == ("unknown",)
 
 
+def test_free_slots_usable_replicas_and_a_pick_that_never_overloads() -> None:
+    config = routing(
+        large=PoolRouting(fallbacks=("small",), max_outstanding_per_replica=2),
+        small=PoolRouting(max_outstanding_per_replica=1),
+    )
+    balancer = Balancer(routing=config)
+    balancer.update(policy(large=2, small=1, open=1))
+    order = balancer.pool_order("large")
+    large0, large1 = balancer.replicas("large")
+    (small,) = balancer.replicas("small")
+    assert balancer.num_free_slots(order) == 5
+    large0.outstanding, large1.outstanding, small.outstanding = 2, 3, 1
+    assert balancer.num_free_slots(order) == 0
+    assert balancer.pick_first(order, saturated_ok=False) is None  # a queued pool waits instead
+    assert balancer.pick_first(order) is large0  # without a queue the first busy replica serves
+    large1.outstanding = 1
+    assert balancer.num_free_slots(order) == 1
+    assert balancer.pick_first(order, saturated_ok=False) is large1
+    fail(balancer, large1, 2)
+    assert balancer.num_free_slots(order) == 0 and balancer.has_usable(order)
+    fail(balancer, large0, 2)
+    fail(balancer, small, 2)
+    assert not balancer.has_usable(order)
+    assert balancer.num_free_slots(["open"]) is None  # no cap: never saturated
+    assert balancer.num_free_slots(["unknown"]) == 0
+
+
+def test_release_frees_the_slot_and_tells_the_listeners() -> None:
+    balancer = Balancer(routing=routing())
+    balancer.update(policy(small=1))
+    (state,) = balancer.replicas("small")
+    heard: list[tuple[str, int]] = []
+    balancer.add_release_listener(lambda s: heard.append((s.label, s.outstanding)))
+    state.acquire()
+    state.acquire()
+    balancer.release(state)
+    assert heard == [("small-0", 1)] and state.outstanding == 1 and state.num_requests == 2
+
+
 def test_pick_first_skips_a_down_pool_and_prefers_only_in_the_first() -> None:
     config = routing(large=PoolRouting(fallbacks=("small",)))
     balancer = Balancer(routing=config)
@@ -269,6 +310,10 @@ def test_check_routing_names_unknown_pools_replicas_and_bad_paths() -> None:
         "routing.health.path: expected a path starting with '/'",
     ]
     assert check_routing(RoutingConfig(), pools) == []
+    queued = RoutingConfig(pools={"small": PoolRouting(queue=QueueConfig())})
+    assert check_routing(queued, pools) == [
+        "routing.pools.small.queue: needs max_outstanding_per_replica (the cap it waits on)"
+    ]
 
 
 def test_convert_routing_validates_and_names_the_path() -> None:
@@ -284,10 +329,14 @@ def test_convert_routing_validates_and_names_the_path() -> None:
         convert_routing({"pools": {"small": {"fallback": ["x"]}}})
     with pytest.raises(ValueError, match=r"^routing: expected `object`"):
         convert_routing([1])
+    queue = convert_routing({"pools": {"large": {"queue": {"max_wait_s": 2}}}}).for_pool("large").queue
+    assert queue == QueueConfig(max_wait_s=2, max_queued_per_tenant=100)
+    with pytest.raises(ValueError, match=r"^routing\.pools\.large\.queue\.max_queued_per_tenant: expected"):
+        convert_routing({"pools": {"large": {"queue": {"max_queued_per_tenant": 0}}}})
 
 
 def test_config_structs_are_frozen_and_documented() -> None:
-    for struct in (BalancerConfig, BreakerConfig, HealthConfig, PoolRouting, RoutingConfig):
+    for struct in (BalancerConfig, BreakerConfig, HealthConfig, PoolRouting, QueueConfig, RoutingConfig):
         assert struct.__struct_config__.frozen and struct.__struct_config__.forbid_unknown_fields
         assert struct.__doc__
     with pytest.raises(AttributeError):
@@ -321,3 +370,4 @@ def test_the_docs_policy_example_loads() -> None:
     assert check_routing(config, pools) == []
     assert pool_order(config, "large") == ("large", "medium", "small")
     assert config.strategy_of("large") == "load_aware" and config.health_of("openai").probe_interval_s == 0
+    assert config.for_pool("large").queue == QueueConfig(max_wait_s=10, max_queued_per_tenant=50)

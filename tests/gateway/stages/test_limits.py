@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from gateway.errors import RateLimited, ServiceUnavailable
-from gateway.pipeline import BytesResult, Call, Usage
-from gateway.stages.limits import EnforceLimits, month_of
+from gateway.pipeline import BytesResult, Call, Endpoint, Usage
+from gateway.stages.limits import EnforceLimits, max_output_tokens, month_of, prompt_tokens
 from gateway.stores import Admission, Decision, MemoryStore, StoreUnavailable
+from gateway.tokens import TokenCounter
 from tests.support.calls import USER_HI, api_key, build_call, policy_doc
 
 NOW_S = 1_780_000_000.0
@@ -103,3 +104,57 @@ async def test_a_store_that_cannot_answer_is_503() -> None:
     with pytest.raises(ServiceUnavailable) as raised:
         await EnforceLimits(DownStore(), clock=lambda: NOW_S)(_call())
     assert raised.value.code == "store_unavailable" and raised.value.headers == {"Retry-After": "2"}
+
+
+async def test_two_calls_with_one_client_request_id_are_two_requests_in_the_store() -> None:
+    # clients repeat x-request-id: the store must not take the second for the first's settle or lease
+    store = MemoryStore()
+    stanza = {**STANZA, "limits": {"max_concurrent": 2}}
+    stage = EnforceLimits(store, clock=lambda: NOW_S)
+    calls = [_call(stanza), _call(stanza)]
+    assert calls[0].request_id == calls[1].request_id
+    for call in calls:
+        await stage(call)
+    for call in calls:
+        call.result, call.usage = BytesResult(200, b"{}"), Usage(10, 1)
+        await call.finish()
+    assert await _ledger(store) == {"requests": 2, "input": 20, "output": 2, "usd": 0.02}  # not 1, 10, 1
+
+
+def _template_call(endpoint: Endpoint, body: dict[str, Any], **pool: Any) -> Call:
+    pools = {"small": {**PRICED["small"], **pool}}
+    return build_call(policy_doc(pools=pools), {"model": "small", **body}, endpoint=endpoint)
+
+
+def test_a_chat_prompt_counts_its_pools_chat_template() -> None:
+    counter = TokenCounter.for_model("small", default_encoding="cl100k_base")
+    text = counter.count_text("user") + counter.count_text("hi")
+    assert prompt_tokens(_template_call(Endpoint.CHAT, {"messages": USER_HI})) == text + 3 + 3  # OpenAI's
+    template = {"template_tokens": {"per_message": 5, "per_request": 21}}
+    assert prompt_tokens(_template_call(Endpoint.CHAT, {"messages": USER_HI}, **template)) == text + 5 + 21
+    responses = _template_call(Endpoint.RESPONSES, {"input": "hi", "max_output_tokens": 40}, **template)
+    assert prompt_tokens(responses) == text + 5 + 21  # the input is one user message
+    assert max_output_tokens(responses) == 40
+
+
+async def test_a_cut_stream_is_billed_its_prompt_with_the_template_and_its_events() -> None:
+    store = MemoryStore()
+    call = _template_call(Endpoint.CHAT, {"messages": USER_HI}, template_tokens={"per_request": 30})
+    await EnforceLimits(store, clock=lambda: NOW_S)(call)
+    call.result, call.num_events = BytesResult(200, b""), 4  # the stream was cut: no usage came
+    await call.finish()
+    report = await store.usage(month_of(NOW_S))
+    total = report.tenants["anonymous"].total
+    assert (total.input_tokens, total.output_tokens) == (prompt_tokens(call), 4)
+    assert total.input_tokens > 30
+
+
+async def test_a_passthrough_route_counts_a_request_and_no_tokens() -> None:
+    store = MemoryStore()
+    call = _template_call(Endpoint.PASSTHROUGH, {"prompt": "hi", "max_tokens": 99})
+    await EnforceLimits(store, clock=lambda: NOW_S)(call)
+    assert prompt_tokens(call) == 0 and max_output_tokens(call) == 0
+    call.result = BytesResult(200, b"{}")
+    await call.finish()
+    total = (await store.usage(month_of(NOW_S))).tenants["anonymous"].total
+    assert (total.requests, total.input_tokens, total.output_tokens) == (1, 0, 0)

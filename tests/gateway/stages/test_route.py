@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.cache import MemoryBlobs
-from gateway.errors import ModelNotFound
+from gateway.errors import ModelNotFound, NotFound
+from gateway.pipeline import Endpoint
 from gateway.stages.route import RouteModel
 from tests.support.calls import api_key, build_call, compile_doc, policy_doc
 
@@ -69,3 +70,32 @@ async def test_a_conversation_keeps_the_tier_its_first_turn_got() -> None:
     other = build_call(COMPILED, {"model": "auto", "messages": later}, tenant="globex")
     await route(other)
     assert other.pool == "small"  # another tenant's conversation is its own
+
+
+async def test_a_responses_request_is_classified_by_its_input() -> None:
+    call = build_call(COMPILED, {"model": "auto", "input": "please prove this"}, endpoint=Endpoint.RESPONSES)
+    call.pool = None
+    await RouteModel(MemoryBlobs())(call)
+    assert call.pool == "large"
+    items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
+    call = build_call(COMPILED, {"model": "router", "input": items}, endpoint=Endpoint.RESPONSES)
+    call.pool = None
+    await RouteModel(MemoryBlobs())(call)
+    assert call.pool == "small"
+
+
+async def test_a_passthrough_route_must_be_one_the_pool_declares() -> None:
+    pools = {
+        name: {"replicas": [{"base_url": f"http://{name}-0.test/v1", "model": name}], **extra}
+        for name, extra in (("small", {"passthrough_routes": ["/tokenize"]}), ("large", {}))
+    }
+    compiled = compile_doc(policy_doc(pools=pools))
+    for model, path in (("small", "/tokenize"), ("large", "/tokenize"), ("small", "/detokenize")):
+        call = build_call(compiled, {"model": model, "prompt": "hi"}, endpoint=Endpoint.PASSTHROUGH)
+        call.pool, call.path = None, path
+        if (model, path) == ("small", "/tokenize"):
+            await RouteModel(MemoryBlobs())(call)
+            assert call.pool == "small"
+        else:
+            with pytest.raises(NotFound, match=f"`{model}` does not serve {path}"):
+                await RouteModel(MemoryBlobs())(call)

@@ -7,8 +7,14 @@ from collections.abc import Mapping
 import msgspec
 import pytest
 
-from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamProtocolError, UpstreamStatusError
-from gateway.pipeline import BytesResult, Call, StreamResult, Usage
+from gateway.errors import (
+    ServiceUnavailable,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamStatusError,
+)
+from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult, Usage
 from gateway.replicas.balancer import Balancer
 from gateway.replicas.memory_client import Handler, MemoryUpstreamClient, Reply
 from gateway.stages.upstream import CallUpstream
@@ -51,7 +57,7 @@ async def test_a_plain_response_names_the_asked_model_and_reports_usage() -> Non
     await stage(call)
     [request] = client.requests
     assert request.url == "http://small-0.test/v1/chat/completions"
-    assert request.json()["model"] == SERVED and request.headers["X-Request-Id"] == "req-test"
+    assert request.json()["model"] == SERVED and request.headers["X-Request-Id"].startswith("req-test-")
     assert isinstance(call.result, BytesResult)
     assert msgspec.json.decode(call.result.body)["model"] == "gpt-4o-mini"
     assert call.usage == Usage(11, 3) and call.finish_reasons == ["stop"]
@@ -161,3 +167,59 @@ async def test_the_policy_priority_is_sent_and_a_client_may_only_ask_for_later()
         stage, _, _ = _setup(handler, call)
         await stage(call)
     assert sent == [5, 5, 9]
+
+
+@pytest.mark.parametrize("is_stream", [False, True])
+async def test_a_good_answer_joins_the_replicas_recent_latency(is_stream: bool) -> None:
+    call = build_call(policy_doc(), {"model": "small", "messages": USER_HI, "stream": is_stream})
+    reply = STREAM if is_stream else Reply.json(chat_completion(SERVED))
+    stage, _, balancer = _setup(lambda url, body, headers: reply, call)
+    await stage(call)
+    assert call.replica is not None
+    summary = call.replica.latency.summary(balancer.clock())
+    assert summary.num_samples == 1 and summary.p50_ms is not None
+    assert summary.p50_ms == pytest.approx(call.upstream_s * 1000, abs=0.001)  # time to the first byte
+
+
+async def test_each_attempt_sends_its_own_request_id() -> None:
+    # the client's x-request-id repeats (and vLLM makes the completion's id from the header): never sent as is
+    handler = lambda url, body, headers: Reply.json(chat_completion(SERVED))  # noqa: E731
+    client = MemoryUpstreamClient(handler)
+    for _ in range(2):
+        call = build_call(policy_doc(), request_id="same")
+        balancer = balancer_for(call.compiled)
+        call.replica = replica_of(balancer, "small")
+        await CallUpstream(client, balancer)(call)
+    sent = [request.headers["X-Request-Id"] for request in client.requests]
+    assert len(set(sent)) == 2 and all(sent_id.startswith("same-") for sent_id in sent)
+
+
+async def test_a_passthrough_route_goes_to_the_replicas_origin_untouched() -> None:
+    pools = {
+        "small": {
+            "replicas": [{"base_url": "http://small-0.test/v1", "model": SERVED}],
+            "passthrough_routes": ["/tokenize"],
+        },
+        "other": {"replicas": [{"base_url": "http://other-0.test/v1", "model": "o"}]},
+    }
+    answer = {"count": 2, "max_model_len": 4096, "tokens": [104, 105]}
+    call = build_call(
+        policy_doc(pools=pools), {"model": "small", "prompt": "hi"}, endpoint=Endpoint.PASSTHROUGH
+    )
+    call.path = "/tokenize"
+    stage, client, _ = _setup(lambda url, body, headers: Reply.json(answer), call)
+    await stage(call)
+    [request] = client.requests
+    assert request.url == "http://small-0.test/tokenize"
+    assert request.json() == {"model": SERVED, "prompt": "hi"}  # no priority, no stream options
+    assert isinstance(call.result, BytesResult) and msgspec.json.decode(call.result.body) == answer
+    assert call.usage is None
+    call = build_call(
+        policy_doc(pools=pools), {"model": "small", "prompt": "hi"}, endpoint=Endpoint.PASSTHROUGH
+    )
+    call.path = "/tokenize"
+    balancer = balancer_for(call.compiled)
+    call.replica = replica_of(balancer, "other")  # a fallback pool that does not declare the route
+    with pytest.raises(ServiceUnavailable, match="can serve /tokenize"):
+        await CallUpstream(client, balancer)(call)
+    assert call.replica.outstanding == 0

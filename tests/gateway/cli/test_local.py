@@ -11,7 +11,7 @@ import httpx
 import pytest
 import yaml
 
-from gateway.cli.local import DEV_ACCESS_LOG, dev_settings, engine_command, local_engine
+from gateway.cli.local import DEV_ACCESS_LOG, DEV_KEYS_FILE, dev_settings, engine_command, local_engine
 from gateway.settings import Settings
 from tests.gateway.cli.terminal import start_until_banner
 from tests.support.fake_upstream import FakeUpstream
@@ -35,6 +35,13 @@ def test_dev_run_writes_the_access_log_to_a_file_unless_asked(
     (tmp_path / "local.yaml").unlink()
     monkeypatch.setenv("SWITCHYARD_ACCESS_LOG", "1")  # asked in the environment
     assert dev_settings(settings).access_log_file is None
+
+
+def test_dev_run_keeps_keys_made_at_run_time_in_a_file_unless_told_where(tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text("version: 1\n")
+    assert dev_settings(Settings(policy_path=str(policy))).keys_file == DEV_KEYS_FILE
+    assert dev_settings(Settings(policy_path=str(policy), keys_file="k.json")).keys_file == "k.json"
 
 
 def test_the_engine_runs_without_progress_bars(monkeypatch: pytest.MonkeyPatch) -> None:

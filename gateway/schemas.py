@@ -188,14 +188,14 @@ _MAX_EXACT_INT = 2**53
 """Past this a float no longer spells its integer exactly."""
 
 
-def _json_number(literal: str) -> float | int:
+def json_number(literal: str) -> float | int:
     """A JSON number written with a fraction or exponent: a whole one (``2.0``, ``1e3``) is the integer
     it equals, as JSON Schema counts it, so an integer field takes it; any other stays a float."""
     value = float(literal)
     return int(value) if value.is_integer() and -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT else value
 
 
-_decoder = msgspec.json.Decoder(float_hook=_json_number)
+_decoder = msgspec.json.Decoder(float_hook=json_number)
 
 MAX_JSON_DEPTH = 128
 """Deepest nesting of arrays and objects a request body may have. Later stages walk the body (cache keys,

@@ -27,6 +27,7 @@ from gateway.errors import GatewayError, InvalidJSON, InvalidRequest, Permission
 from gateway.keys.admin import KeyAdmin
 from gateway.keys.records import KeyChanges, KeySpec, RotateSpec
 from gateway.policy import ApiKey
+from gateway.schemas import json_number
 
 __all__ = ["key_admin_routes"]
 
@@ -36,9 +37,12 @@ _encode = msgspec.json.encode
 _AT = re.compile(r"at `\$\.?([^`]*)`")
 
 
+_raw = msgspec.json.Decoder(float_hook=json_number)  # 5.0 is an integer, as JSON Schema counts it
+
+
 def _decode(body: bytes, kind: type[T]) -> T:
     try:
-        return msgspec.json.decode(body or b"{}", type=kind)
+        return msgspec.convert(_raw.decode(body or b"{}"), type=kind)
     except msgspec.ValidationError as exc:
         found = _AT.search(str(exc))
         raise InvalidRequest(str(exc), param=found.group(1) if found else None) from None

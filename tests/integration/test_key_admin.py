@@ -155,6 +155,10 @@ def test_only_admin_keys_manage_keys_and_the_policy_files_keys_are_read_only(
     assert taken.status_code == 409
     bad = _admin(a, "POST", "/v1/admin/keys", {"tenant": "team-b", "limits": {"requests_per_minute": -1}})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "limits.requests_per_minute"
+    whole = _admin(a, "POST", "/v1/admin/keys", {"tenant": "team-b", "limits": {"requests_per_minute": 5.0}})
+    assert (
+        whole.status_code == 200 and whole.json()["limits"]["requests_per_minute"] == 5
+    )  # JSON Schema's integer
     unknown = _admin(a, "GET", "/v1/admin/keys/nobody")
     assert unknown.status_code == 404 and set(unknown.json()["error"]) == {"message", "type", "param", "code"}
 

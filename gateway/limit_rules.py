@@ -43,17 +43,19 @@ class LimitRules:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._by_caller: dict[tuple[ApiKey | None, str, str | None], CallerRules] = {}
+        self._by_caller: dict[tuple[str | None, str, str | None], tuple[ApiKey | None, CallerRules]] = {}
 
     def for_caller(self, key: ApiKey | None, tenant: str, pool: str | None) -> CallerRules:
-        # by the key's whole (frozen) value, not its hash: a key changed at run time gets new rules
-        caller = (key, tenant, pool)
+        caller = (key.sha256 if key is not None else None, tenant, pool)
         found = self._by_caller.get(caller)
-        if found is None:
-            if len(self._by_caller) >= 65536:  # keys changed at run time leave old values behind
-                self._by_caller.clear()
-            found = self._by_caller[caller] = self._work_out(key, tenant, pool)
-        return found
+        # the same key object: its rules stand; a key changed at run time is a new object (new rules)
+        if found is not None and found[0] is key:
+            return found[1]
+        if len(self._by_caller) >= 65536:  # rotated keys leave their old secrets' entries behind
+            self._by_caller.clear()
+        rules = self._work_out(key, tenant, pool)
+        self._by_caller[caller] = (key, rules)
+        return rules
 
     def _work_out(self, key: ApiKey | None, tenant_name: str, pool: str | None) -> CallerRules:
         rules: list[LimitRule] = []

@@ -4,7 +4,7 @@ Only complete (non-streaming) bodies are compressed, by the one place that sends
 (``gateway.proxy``); server-sent event streams never pass here, so their flushes stay as they are.
 The config builds the feature once per policy (``CompressionConfig.build`` -> ``Compressor``)::
 
-    compression: {enabled: true, min_size_bytes: 1024, encodings: [zstd, br, gzip]}
+    compression: {enabled: true, min_size_bytes: 1024, encodings: [zstd, gzip, br]}
 
 A body shorter than ``min_size_bytes`` goes out as it is, whoever asks (and without ``Vary``: it
 never varies). A longer one gets ``Vary: Accept-Encoding`` and, when the client accepts one of the
@@ -51,9 +51,10 @@ class CompressionConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True)
     min_size_bytes: Annotated[int, msgspec.Meta(ge=0)] = 1024
     """Bodies shorter than this are never compressed (nor are they sent with ``Vary``): below about a
     kilobyte the saving is a packet at most, and the encoder's framing eats part of it."""
-    encodings: Annotated[tuple[Coding, ...], msgspec.Meta(min_length=1)] = ("zstd", "br", "gzip")
+    encodings: Annotated[tuple[Coding, ...], msgspec.Meta(min_length=1)] = ("zstd", "gzip", "br")
     """The codings offered, most preferred first: when a client accepts several with the same
-    q-value, the earliest here wins."""
+    q-value, the earliest here wins. gzip before br: inside the gateway br cost 3x gzip's CPU per
+    answer for the same size (docs/benchmarks.md), and the openai SDK offers both."""
     zstd_level: Annotated[int, msgspec.Meta(ge=1, le=19)] = 3
     """zstd's level (3 is zstd's own default: ~10 us for a 2.7 KB answer)."""
     br_quality: Annotated[int, msgspec.Meta(ge=0, le=11)] = 4

@@ -12,7 +12,6 @@ errors in OpenAI's shape. The page also uses what exists already: ``GET /v1/usag
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,26 +23,16 @@ from litestar.types import BeforeRequestHookHandler
 from gateway.compiled import CompiledPolicy
 from gateway.console.page import build_page
 from gateway.console.views import ExplainRequest, explain, policy_view, pools_view
-from gateway.errors import GatewayError, InvalidJSON, InvalidRequest, PermissionDenied
+from gateway.errors import GatewayError, PermissionDenied
 from gateway.policy import ApiKey
 from gateway.runtime import Gateway
+from gateway.schemas import decode_as
 
 __all__ = ["CONSOLE_PATH", "console_routes"]
 
 CONSOLE_PATH = "/console"
 Authenticate = Callable[[CompiledPolicy, Request[Any, Any, Any]], Awaitable[ApiKey | None]]
 _encode = msgspec.json.encode
-_AT = re.compile(r"at `\$\.?([^`]*)`")
-
-
-def _decode_explain(body: bytes) -> ExplainRequest:
-    try:
-        return msgspec.json.decode(body, type=ExplainRequest)
-    except msgspec.ValidationError as exc:
-        found = _AT.search(str(exc))
-        raise InvalidRequest(str(exc), param=found.group(1) if found else None) from None
-    except msgspec.DecodeError:
-        raise InvalidJSON("The body is not valid JSON.") from None
 
 
 def console_routes(
@@ -83,7 +72,7 @@ def console_routes(
     @post("/v1/admin/route/explain", status_code=200)
     async def route_explain(request: Request[Any, Any, Any]) -> Response[bytes]:
         body = await request.body()
-        return await as_admin(request, lambda compiled: explain(compiled, _decode_explain(body)))
+        return await as_admin(request, lambda compiled: explain(compiled, decode_as(body, ExplainRequest)))
 
     @get("/v1/admin/policy")
     async def policy(request: Request[Any, Any, Any]) -> Response[bytes]:

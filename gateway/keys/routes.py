@@ -14,40 +14,24 @@ Every answer and error is JSON in OpenAI's shape; a store that cannot be reached
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 from litestar import MediaType, Request, Response, get, post, route
 from litestar.handlers import HTTPRouteHandler
 
 from gateway.compiled import CompiledPolicy
-from gateway.errors import GatewayError, InvalidJSON, InvalidRequest, PermissionDenied, ServiceUnavailable
+from gateway.errors import GatewayError, InvalidRequest, PermissionDenied, ServiceUnavailable
 from gateway.keys.admin import KeyAdmin
 from gateway.keys.records import KeyChanges, KeySpec, RotateSpec
 from gateway.policy import ApiKey
-from gateway.schemas import json_number
+from gateway.schemas import decode_as
 
 __all__ = ["key_admin_routes"]
 
-T = TypeVar("T")
 Authenticate = Callable[[CompiledPolicy, Request[Any, Any, Any]], Awaitable[ApiKey | None]]
 _encode = msgspec.json.encode
-_AT = re.compile(r"at `\$\.?([^`]*)`")
-
-
-_raw = msgspec.json.Decoder(float_hook=json_number)  # 5.0 is an integer, as JSON Schema counts it
-
-
-def _decode(body: bytes, kind: type[T]) -> T:
-    try:
-        return msgspec.convert(_raw.decode(body or b"{}"), type=kind)
-    except msgspec.ValidationError as exc:
-        found = _AT.search(str(exc))
-        raise InvalidRequest(str(exc), param=found.group(1) if found else None) from None
-    except msgspec.DecodeError:
-        raise InvalidJSON("The body is not valid JSON.") from None
 
 
 def key_admin_routes(
@@ -84,8 +68,10 @@ def key_admin_routes(
     @route("/v1/admin/keys", http_method=["GET", "POST"], status_code=200)
     async def keys(request: Request[Any, Any, Any]) -> Response[bytes]:
         if request.method == "POST":
-            body = await request.body()
-            return await run(request, lambda c, actor: admin.create(c.policy, actor, _decode(body, KeySpec)))
+            body = await request.body() or b"{}"  # no body: every field at its default
+            return await run(
+                request, lambda c, actor: admin.create(c.policy, actor, decode_as(body, KeySpec))
+            )
         tenant = request.query_params.get("tenant")
 
         async def views(c: CompiledPolicy, actor: str) -> dict[str, Any]:
@@ -99,9 +85,10 @@ def key_admin_routes(
             return await run(request, lambda c, actor: admin.show(c.policy, name))
         if request.method == "DELETE":
             return await run(request, lambda c, actor: admin.revoke(c.policy, actor, name))
-        body = await request.body()
+        body = await request.body() or b"{}"  # no body: every field at its default
         return await run(
-            request, lambda c, actor: admin.update(c.policy, actor, name, _decode(body, KeyChanges))
+            request,
+            lambda c, actor: admin.update(c.policy, actor, name, decode_as(body, KeyChanges)),
         )
 
     @post("/v1/admin/keys/{name:str}/revoke", status_code=200)
@@ -110,10 +97,10 @@ def key_admin_routes(
 
     @post("/v1/admin/keys/{name:str}/rotate", status_code=200)
     async def rotate_key(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
-        body = await request.body()
+        body = await request.body() or b"{}"  # no body: every field at its default
 
         async def act(c: CompiledPolicy, actor: str) -> Any:
-            return await admin.rotate(c.policy, actor, name, _decode(body, RotateSpec).grace_s)
+            return await admin.rotate(c.policy, actor, name, decode_as(body, RotateSpec).grace_s)
 
         return await run(request, act)
 

@@ -33,7 +33,9 @@ class _Choice(msgspec.Struct):
 class _ChunkProbe(msgspec.Struct):
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
-    error: msgspec.Raw | None = None
+    error: msgspec.Raw = msgspec.Raw()
+    """The event's ``error`` as it came (any JSON value; msgspec cannot take ``Raw | None``); empty when
+    absent."""
     system_fingerprint: str | None = None
 
 
@@ -163,8 +165,9 @@ class SSERelay:
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise UpstreamProtocolError("upstream sent an event that is not JSON") from None
         self.num_events += 1
-        if probe.error is not None:
-            self.error = bytes(probe.error)
+        error = bytes(probe.error)
+        if error and error != b"null":  # the upstream's own error event
+            self.error = error
         is_finish = False
         if probe.choices:
             for choice in probe.choices:

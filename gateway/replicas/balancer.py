@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from gateway.adapters import build_adapter
 from gateway.replicas.config import RoutingConfig
 from gateway.replicas.fallback import pool_order
 from gateway.replicas.pools import Pool, Replica
 from gateway.replicas.state import ReplicaState
 from gateway.replicas.strategies import ReplicaStrategy, build_strategy, is_usable
 
-__all__ = ["Balancer", "BreakerListener", "ReleaseListener", "ReplicaState", "origin_of"]
+__all__ = ["Balancer", "BreakerListener", "ReleaseListener", "ReplicaState", "server_root"]
 
 logger = logging.getLogger("switchyard.routing")
 
@@ -63,10 +64,15 @@ class _Pool:
     order: tuple[str, ...]
 
 
-def origin_of(base_url: str) -> str:
-    """``http://h:8000/v1`` -> ``http://h:8000``."""
+def server_root(base_url: str) -> str:
+    """The server a replica's OpenAI ``base_url`` belongs to: the URL without its ``/v1``, where its
+    native routes, health and load pages live. ``http://h:8000/v1`` -> ``http://h:8000``; behind a
+    path-routing proxy ``https://gw/tgi/v1`` -> ``https://gw/tgi``; ``http://h:8000`` stays."""
     parts = urlsplit(base_url)
-    return f"{parts.scheme}://{parts.netloc}"
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[:-3]
+    return f"{parts.scheme}://{parts.netloc}{path}"
 
 
 class Balancer:
@@ -118,9 +124,14 @@ class Balancer:
                 state.headers = {"Authorization": f"Bearer {state.api_key}"} if state.api_key else {}
                 state.breaker.config = breaker_config
                 state.health = health
-                origin = origin_of(replica.base_url)
-                state.health_url = overrides.health_urls.get(replica.label) or origin + health.path
-                state.metrics_url = origin + health.metrics_path
+                if state.adapter.kind != replica.kind or state.adapter.chat_template != replica.chat_template:
+                    state.adapter = build_adapter(replica.kind, chat_template=replica.chat_template)
+                adapter, root = state.adapter, server_root(replica.base_url)
+                health_path = health.path or adapter.health_path
+                state.health_url = overrides.health_urls.get(replica.label) or root + health_path
+                state.metrics_url = replica.metrics_url or root + (
+                    health.metrics_path or adapter.metrics_path
+                )
                 state.scrape_interval_s = scrape_s
                 states[key] = state
                 members.append(state)

@@ -84,16 +84,18 @@ class HealthConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """Seconds between two probes of a replica; 0 turns probes off."""
     probe_timeout_s: PositiveSeconds = 1.0
     """A probe that takes longer failed."""
-    path: str = "/health"
-    """Probed at the replica's origin: base_url ``http://h:8000/v1`` -> ``http://h:8000/health``."""
+    path: str | None = None
+    """Probed at the replica's server root: base_url ``http://h:8000/v1`` -> ``http://h:8000/health``.
+    None: its kind's health page (``/health``; Triton ``/v2/health/ready``, Ollama ``/api/version``)."""
     unhealthy_threshold: PositiveInt = 2
     """Consecutive failed probes (no answer, timeout, HTTP 5xx) that open the replica's breaker."""
     healthy_threshold: PositiveInt = 1
     """Consecutive good probes that close a breaker the probes opened."""
     scrape_interval_s: OptionalSeconds = 0.0
     """Seconds between two ``/metrics`` scrapes; 0: off, except 2 s for pools using ``load_aware``."""
-    metrics_path: str = "/metrics"
-    """The replica's Prometheus page, with vLLM's metric names, at its origin."""
+    metrics_path: str | None = None
+    """The replica's load page at its server root. None: its kind's (``/metrics``; Ollama ``/api/ps``,
+    llama.cpp ``/slots``); a replica's own ``metrics_url`` wins (Triton serves it on another port)."""
 
 
 class QueueConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -183,7 +185,8 @@ def check_routing(routing: RoutingConfig, pools: Mapping[str, Any]) -> list[str]
             problems.append(f"{where}.queue: needs max_outstanding_per_replica (the cap it waits on)")
     for health, where in [(routing.health, "routing.health"), *_pool_health(routing)]:
         for field in ("path", "metrics_path"):
-            if not getattr(health, field).startswith("/"):
+            value = getattr(health, field)
+            if value is not None and not value.startswith("/"):
                 problems.append(f"{where}.{field}: expected a path starting with '/'")
     problems.extend(fallback_problems(routing, pools))
     return problems

@@ -3,15 +3,17 @@
 One asyncio task (``start()`` at app start-up, ``await stop()`` at shutdown) walks the balancer's
 replicas and launches, for each one that is due, at most one probe and one scrape at a time:
 
-- **probe**: ``GET`` the replica's health URL (its origin + ``/health`` by default; a per-replica
+- **probe**: ``GET`` the replica's health URL (its origin + its kind's health path, ``/health`` for
+  most; a per-replica
   URL in ``routing.pools.<pool>.health_urls``) with a short timeout, never a paid completion. No
   answer, a timeout or HTTP 5xx is a failed probe; any other status means the server is up (a
   hosted API without ``/health`` answers 404: up). ``unhealthy_threshold`` failures in a row open
   the breaker (``trip``); ``healthy_threshold`` good probes close a breaker that probes opened.
-- **scrape** (pools with ``scrape_interval_s``, or using ``load_aware``): ``GET`` origin +
-  ``/metrics`` and read vLLM's ``vllm:num_requests_waiting``, ``vllm:num_requests_running`` and
-  ``vllm:kv_cache_usage_perc`` (or the older ``vllm:gpu_cache_usage_perc``) into the replica's
-  state; the figures count for three scrape intervals, then the strategy ignores them.
+- **scrape** (pools with ``scrape_interval_s``, or using ``load_aware``): ``GET`` the replica's load
+  page (its kind's: vLLM's ``/metrics`` with ``vllm:num_requests_waiting``, ``_running`` and
+  ``kv_cache_usage_perc``; TGI's, llama.cpp's, Triton's or Ollama's own, ``gateway.adapters``) and
+  read it into the replica's state; the figures count for three scrape intervals, then the
+  strategy ignores them.
 
 The replica list is re-read on every tick, so a policy reload adds and drops replicas within
 ``max_tick_s``. HTTP goes through the injected ``UpstreamClient.get``.
@@ -25,6 +27,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.adapters import ReplicaLoad, parse_vllm_metrics
 from gateway.errors import GatewayError
 from gateway.replicas.balancer import Balancer, ReplicaState
 from gateway.replicas.client import UpstreamClient
@@ -35,54 +38,6 @@ logger = logging.getLogger("switchyard.health")
 
 FRESH_SCRAPES = 3
 """Scraped load counts for this many scrape intervals."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaLoad:
-    """What a replica's ``/metrics`` page says about its load (summed over engines; KV: the fullest)."""
-
-    num_waiting: float
-    num_running: float
-    kv_cache_usage: float
-
-
-_WAITING = b"vllm:num_requests_waiting"
-_RUNNING = b"vllm:num_requests_running"
-_KV_NAMES = (b"vllm:kv_cache_usage_perc", b"vllm:gpu_cache_usage_perc")
-
-
-def parse_vllm_metrics(page: bytes) -> ReplicaLoad | None:
-    """Read the three load figures from a Prometheus text page; None when it has none of them."""
-    waiting = running = kv = 0.0
-    found = False
-    for line in page.splitlines():
-        if not line.startswith(b"vllm:"):
-            continue
-        brace = line.find(b"{")
-        space = line.find(b" ")
-        if brace != -1 and (space == -1 or brace < space):
-            name, rest = line[:brace], line[line.rfind(b"}") + 1 :]
-        elif space != -1:
-            name, rest = line[:space], line[space:]
-        else:
-            continue
-        if name != _WAITING and name != _RUNNING and name not in _KV_NAMES:
-            continue
-        fields = rest.split()
-        try:
-            value = float(fields[0])  # a timestamp may follow the value
-        except (IndexError, ValueError):
-            continue
-        if value != value:  # NaN
-            continue
-        found = True
-        if name == _WAITING:
-            waiting += value
-        elif name == _RUNNING:
-            running += value
-        else:
-            kv = max(kv, min(max(value, 0.0), 1.0))
-    return ReplicaLoad(waiting, running, kv) if found else None
 
 
 @dataclass(slots=True, eq=False)
@@ -205,7 +160,7 @@ class HealthChecker:
         """Read one replica's ``/metrics`` into its state now; True when the page had load figures."""
         answer = await self._get(state.metrics_url, state.health.probe_timeout_s)
         self.num_scrapes += 1
-        load = parse_vllm_metrics(answer[1]) if answer is not None and answer[0] == 200 else None
+        load = state.adapter.parse_load(answer[1]) if answer is not None and answer[0] == 200 else None
         if load is None:
             self.num_scrape_failures += 1
             return False

@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from gateway.adapters import ChatTemplate, Kind
+
 __all__ = [
     "GATEWAY_PATHS",
     "Pool",
@@ -75,10 +77,12 @@ class Timeouts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class Replica(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One OpenAI-compatible server in a pool."""
+    """One inference server in a pool."""
 
     base_url: str
-    """Its API root, e.g. ``http://10.0.0.5:8000/v1``; ``/chat/completions`` is appended."""
+    """Its OpenAI API root, e.g. ``http://10.0.0.5:8000/v1``; ``/chat/completions`` is appended. A
+    kind's native routes (TGI ``/generate``, Ollama ``/api/chat``, ...), health and load pages are at
+    its server root: ``base_url`` without the ``/v1`` (``gateway.replicas.balancer.server_root``)."""
     model: str
     """The model name this replica serves; the request's ``model`` is rewritten to it."""
     api_key_env: str | None = None
@@ -87,6 +91,16 @@ class Replica(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Relative share of traffic for weighted balancing."""
     name: str | None = None
     """A label for metrics and logs; defaults to host:port."""
+    kind: Kind = "openai"
+    """What server it is (``gateway.adapters``): ``openai`` (any OpenAI-compatible server), ``vllm``,
+    ``tgi``, ``triton``, ``ollama``, ``llamacpp``; its adapter speaks the server's native API where
+    its OpenAI mode is missing or worse, and reads its health and load pages."""
+    metrics_url: str | None = None
+    """Its load page, when not the kind's path at its server root (Triton's is on its metrics port, e.g.
+    ``http://10.0.0.5:8002/metrics``)."""
+    chat_template: ChatTemplate = "chatml"
+    """How chat messages become one prompt for a native API that takes only text (Triton's generate
+    extension): ``chatml`` (SmolLM2, Qwen), ``llama3``, ``mistral`` or ``plain``."""
     send_cache_salt: bool = False
     """Add a per-tenant ``cache_salt`` field to requests (the reference engine and vLLM honour it:
     their prefix caches then never cross tenants). Leave off for servers that reject unknown fields."""
@@ -136,7 +150,7 @@ class Pool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     passthrough_routes: tuple[RoutePath, ...] = ()
     """The replicas' own ``POST`` routes the gateway passes through (``/tokenize``, ``/detokenize``):
     served at the same path on the gateway, with a key, routed by the body's ``model``, sent to the
-    replica's origin (``base_url`` without its path) plus the path; no tokens are counted."""
+    replica's server root (``base_url`` without its ``/v1``) plus the path; no tokens are counted."""
 
     def __post_init__(self) -> None:
         taken = [path for path in self.passthrough_routes if is_gateway_path(path)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from gateway.adapters import Adapter, build_adapter
 from gateway.replicas.breaker import Breaker
 from gateway.replicas.config import HealthConfig
 from gateway.replicas.latency import LatencyWindow
@@ -30,6 +31,8 @@ class ReplicaState:
     breaker: Breaker = field(default_factory=Breaker)
     health: HealthConfig = field(default_factory=HealthConfig)
     """The active checks that apply to this replica (its pool's)."""
+    adapter: Adapter = field(default_factory=lambda: build_adapter("openai"))
+    """Speaks the replica's kind's API (``gateway.adapters``); set from the replica at each reload."""
     health_url: str = ""
     metrics_url: str = ""
     scrape_interval_s: float = 0.0
@@ -37,11 +40,11 @@ class ReplicaState:
     current_weight: float = 0.0
     """Smooth weighted round robin's running weight."""
     num_waiting: float = 0.0
-    """Scraped ``vllm:num_requests_waiting``."""
+    """Scraped: requests queued on the replica (vLLM ``vllm:num_requests_waiting``; each kind's own)."""
     num_running: float = 0.0
-    """Scraped ``vllm:num_requests_running``."""
+    """Scraped: requests it is generating."""
     kv_cache_usage: float = 0.0
-    """Scraped ``vllm:kv_cache_usage_perc`` (0..1)."""
+    """Scraped: how full its KV cache is (0..1)."""
     load_fresh_until: float = -math.inf
     """The scraped figures count until this clock time."""
     num_successes: int = 0

@@ -5,10 +5,14 @@ replica's served name (``priority`` is set from the policy, see below; for chat 
 streams, ``stream_options.include_usage`` is switched on so the gateway can account tokens, see
 ``gateway.sse.upstream_stream_options``). Responses name the model the client asked for. Each attempt
 sends its own ``X-Request-Id`` (``gateway.request_ids``): the client's id repeats, an attempt's may
-not. A pass-through route goes to the replica's origin plus its path. A stream is relayed event by
-event (see ``gateway.sse``; the Responses API's, ``gateway.responses``);
-everything that can fail before the first byte reaches the client fails as a plain HTTP error,
-anything later ends the stream with an error event and ``[DONE]``.
+not. A pass-through route goes to the replica's server root (``base_url`` without its ``/v1``)
+plus its path. A stream is relayed event by event (see ``gateway.sse``; the Responses API's,
+``gateway.responses``); everything that can fail before the first byte reaches the client fails
+as a plain HTTP error, anything later ends the stream with an error event and ``[DONE]``.
+
+A replica whose ``kind`` has a native API (``gateway.adapters``: TGI, Triton, Ollama, llama.cpp)
+gets the request in that form, and its answer is read back as the OpenAI one (JSON, SSE, errors),
+so everything below is the same for every kind.
 
 Timeouts mean what they say for each kind of response. A plain (non-stream) response's headers come
 when generation ends (vLLM sends them with the body), so only the request's ``total_s`` bounds the
@@ -32,6 +36,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
+from gateway.adapters import TranslatedResponse
 from gateway.errors import (
     GatewayError,
     ServiceUnavailable,
@@ -40,7 +45,7 @@ from gateway.errors import (
     UpstreamStatusError,
 )
 from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult, UpstreamSpan, Usage
-from gateway.replicas.balancer import Balancer, ReplicaState, origin_of
+from gateway.replicas.balancer import Balancer, ReplicaState, server_root
 from gateway.replicas.client import UpstreamClient, UpstreamResponse
 from gateway.request_ids import RequestIds
 from gateway.responses import ResponsesRelay, read_response_usage
@@ -112,6 +117,10 @@ class CallUpstream:
         if call.is_stream and call.endpoint is not Endpoint.RESPONSES:  # Responses streams carry usage
             options = body.get("stream_options")
             body["stream_options"] = upstream_stream_options(options, include_usage=call.include_usage)
+        exchange = None
+        if not is_passthrough:  # the replica's kind may want its native API (None: OpenAI mode)
+            root = server_root(replica.base_url)
+            exchange = state.adapter.exchange(call.endpoint.value, body, root, stream=call.is_stream)
         upstream_id = self.ids.for_upstream(call.request_id)  # the client's id may repeat; this never does
         headers = {"Content-Type": "application/json", "X-Request-Id": upstream_id, **state.headers}
         attempt: UpstreamSpan | None = None
@@ -139,14 +148,15 @@ class CallUpstream:
         # plain: the headers come when generation ends, so only total_s bounds them
         headers_s = max(0.0, (first_byte_at if call.is_stream else deadline) - sent_at)
         try:
-            response = await self.client.post(
-                url,
-                _encode(body),
-                headers,
-                timeouts,
-                what,
-                headers_s=headers_s,
-            )
+            if exchange is None:
+                response = await self.client.post(
+                    url, _encode(body), headers, timeouts, what, headers_s=headers_s
+                )
+            else:  # the replica's native API (gateway.adapters): read back as its OpenAI mode would answer
+                native = await self.client.post(
+                    exchange.url, exchange.body, headers, timeouts, what, headers_s=headers_s
+                )
+                response = TranslatedResponse(native, exchange)
         except BaseException as error:
             if _is_broken(error):
                 self.balancer.record_failure(state)
@@ -224,7 +234,7 @@ class CallUpstream:
 
 def _url(call: Call, state: ReplicaState) -> str:
     """Where the attempt goes: the replica's ``base_url`` plus the endpoint's path; a pass-through route
-    goes to its origin plus the route (vLLM serves ``/tokenize`` beside ``/v1``, not under it), and only
+    goes to its server root plus the route (vLLM serves ``/tokenize`` beside ``/v1``, not under it), and only
     to a pool that declares the route (a fallback pool may not: then no replica can serve it)."""
     if call.endpoint is not Endpoint.PASSTHROUGH:
         path: str = call.endpoint.value
@@ -236,7 +246,7 @@ def _url(call: Call, state: ReplicaState) -> str:
             code="no_healthy_replica",
             headers={"Retry-After": "1"},
         )
-    return origin_of(state.replica.base_url) + call.path
+    return server_root(state.replica.base_url) + call.path
 
 
 def _read_usage(endpoint: Endpoint, payload: bytes) -> tuple[Usage | None, list[str]]:

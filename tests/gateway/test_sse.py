@@ -108,3 +108,13 @@ def test_upstream_stream_options_keep_continuous_usage_only_for_a_client_that_as
     }
     assert upstream_stream_options(None, include_usage=False) == {"include_usage": True}
     assert asked == {"continuous_usage_stats": True}  # the client's body is not edited in place
+
+
+def test_an_upstream_error_event_is_relayed_and_kept_as_it_came() -> None:
+    relay = SSERelay((), drop_usage_chunk=True)
+    error = b'{"error":{"message":"out of memory","type":"server_error","param":null,"code":null}}'
+    assert relay.feed(b"data: " + error + b"\n\n") == b"data: " + error + b"\n\n"
+    assert relay.error == error[len(b'{"error":') : -1]
+    quiet = SSERelay((), drop_usage_chunk=True)
+    quiet.feed(b'data: {"choices":[],"error":null}\n\n')
+    assert quiet.error is None

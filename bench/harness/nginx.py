@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from .errors import StartError
+from .native import KINDS, native_answers
 from .processes import ManagedProcess, ProcessSpec, free_port
 
 HARNESS_DIR = Path(__file__).resolve().parent
@@ -46,6 +47,24 @@ def return_directives(name: str, body: str, indent: str = "            ") -> str
     return "\n".join(lines)
 
 
+def kind_locations(json_body: Path = JSON_BODY) -> str:
+    """A location per replica kind and answer (``/kinds/<kind>/json/``, ``/kinds/<kind>/sse/``): the
+    canned answers in that kind's wire format (``harness/native.py``), at any path below."""
+    blocks = []
+    for kind in KINDS:
+        for mode, (content_type, body) in zip(
+            ("json", "sse"), native_answers(kind, json_body, SSE_BODY), strict=True
+        ):
+            directives = return_directives(f"{kind}_{mode}", body.strip() if mode == "json" else body)
+            blocks.append(
+                f"        location ^~ /kinds/{kind}/{mode}/ {{\n"
+                f"            default_type {content_type.partition(';')[0]};\n"
+                f"{directives}\n"
+                "        }\n"
+            )
+    return "\n".join(blocks)
+
+
 def render_nginx_conf(prefix: Path, port: int, json_body: Path = JSON_BODY) -> str:
     """The nginx.conf for a server on ``127.0.0.1:port`` keeping its pid and logs under ``prefix``,
     answering plain requests with ``json_body``."""
@@ -54,6 +73,7 @@ def render_nginx_conf(prefix: Path, port: int, json_body: Path = JSON_BODY) -> s
         "PORT": str(port),
         "JSON_RETURN": return_directives("json_body", json_body.read_text().strip()),
         "SSE_RETURN": return_directives("sse_body", SSE_BODY.read_text()),
+        "KIND_LOCATIONS": kind_locations(json_body),
     }
     text = CONF_TEMPLATE.read_text()
     for name, value in values.items():

@@ -26,7 +26,17 @@ DOCKER_DIR = ROOT / "deploy" / "docker"
 LOCAL_BASE = "local/debian:bookworm"
 TORCH_WHEEL = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
 APT_TIMEOUT_S = 300
+BASE_IMAGE_TIMEOUT_S = 600
 BUILD_TIMEOUT_S = 1200
+IMAGES_TIMEOUT_S = APT_TIMEOUT_S + BASE_IMAGE_TIMEOUT_S + 3 * BUILD_TIMEOUT_S + 300
+"""The pytest timeout of a test that needs the images: the first one builds them in its setup (on a
+cold machine, minutes), each step bounded by its own timeout above; the suite's 300 s would cut it."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "images" in getattr(item, "fixturenames", ()) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(IMAGES_TIMEOUT_S))
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +161,7 @@ def images(docker_engine: None) -> Iterator[Images]:
     """The gateway, engine and redis images, built (from cached layers after the first time)."""
     base = os.environ.get("SWITCHYARD_DOCKER_BASE_IMAGE", LOCAL_BASE)
     if base == LOCAL_BASE and not _image_exists(LOCAL_BASE):
-        run(["sh", str(DOCKER_DIR / "base-image.sh"), LOCAL_BASE], timeout_s=600)
+        run(["sh", str(DOCKER_DIR / "base-image.sh"), LOCAL_BASE], timeout_s=BASE_IMAGE_TIMEOUT_S)
     built = Images("switchyard/gateway:0.1.0", "switchyard/engine:0.1.0", "switchyard/redis:7.0", base)
     build_image("gateway.Dockerfile", built.gateway, {"BASE_IMAGE": base})
     build_image("redis.Dockerfile", built.redis, {"BASE_IMAGE": base})

@@ -13,112 +13,62 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from tests.backends_compat.scenarios import MESSAGES, CompatScenarios, Target, compat_policy, wait_until
-from tests.support.gateway_server import GatewayServer, write_policy
-from tests.support.wire_fake import WireFake, load_transcript
+from tests.backends_compat.scenarios import MESSAGES, CompatScenarios, Target, wait_until
+from tests.backends_compat.wire_setup import WireSetup, exchange
 
 MODEL = "llama3.2:1b"
 STORY = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}]
 TEXTS = ["Why is the sky blue?", "Why is the grass green?"]
 
 
-def _exchange(transcript: dict[str, Any], name: str) -> dict[str, Any]:
-    found: dict[str, Any] = next(e for e in transcript["exchanges"] if e["name"] == name)
-    return found
-
-
-class Setup:
-    def __init__(self, tmp: Path) -> None:
-        self.transcript = load_transcript("ollama")
-        self.single = WireFake(self.transcript).start()
-        self.busy = WireFake(self.transcript).start()
-        self.idle = WireFake(self.transcript).start()
-        policy = compat_policy(
-            "ollama", self.single.origin, (self.busy.origin, self.idle.origin), model=MODEL
-        )
-        for pool, model in (("ollama-embed", "all-minilm"), ("ollama-missing", "llama3.2:missing")):
-            replica = {"base_url": self.single.origin + "/v1", "kind": "ollama", "name": pool, "model": model}
-            policy["pools"][pool] = {"replicas": [replica]}
-        policy["routing"]["pools"]["ollama"] = {"health": {"probe_interval_s": 0.1}}
-        # every request reaches a replica (a cached answer would skip the pair's choice and the wire)
-        policy["cache"] = {"response": {"enabled": False}, "embeddings": {"enabled": False}}
-        self.server = GatewayServer(write_policy(tmp / "policy.yaml", policy)).start()
-
-    def fakes(self) -> tuple[WireFake, ...]:
-        return self.single, self.busy, self.idle
-
-    def pair(self) -> tuple[Any, Any]:
-        states = {s.replica.name: s for s in self.server.gateway.balancer.replicas("ollama-pair")}
-        return states["ollama-a"], states["ollama-b"]
-
-    def is_fresh(self, state: Any) -> bool:
-        return bool(state.load_fresh_until > self.server.gateway.balancer.clock())
-
-    @contextmanager
-    def make_busy(self) -> Iterator[None]:
-        self.busy.overrides["ps"] = _exchange(self.transcript, "ps_nothing_loaded")["response"]
-        try:
-            wait_until(self._scraped(busy=1.0), what="the busy replica's empty /api/ps scraped")
-            yield
-        finally:
-            self.busy.overrides.pop("ps", None)
-            wait_until(self._scraped(busy=0.0), what="the busy replica's loaded model scraped again")
-
-    def _scraped(self, *, busy: float) -> Any:
-        def condition() -> bool:
-            a, b = self.pair()
-            return a.num_waiting == busy and b.num_waiting == 0.0 and self.is_fresh(a) and self.is_fresh(b)
-
-        return condition
-
-    def served(self) -> tuple[int, int]:
-        a, b = self.pair()
-        return a.num_requests, b.num_requests
-
-    def stop(self) -> None:
-        self.server.stop()
-        for fake in self.fakes():
-            fake.stop()
+def _more_pools(policy: dict[str, Any], setup: WireSetup) -> None:
+    for pool, model in (("ollama-embed", "all-minilm"), ("ollama-missing", "llama3.2:missing")):
+        replica = {"base_url": setup.single.origin + "/v1", "kind": "ollama", "name": pool, "model": model}
+        policy["pools"][pool] = {"replicas": [replica]}
+    policy["routing"]["pools"]["ollama"] = {"health": {"probe_interval_s": 0.1}}
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    running = Setup(tmp_path_factory.mktemp("ollama"))
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WireSetup]:
+    tmp = tmp_path_factory.mktemp("ollama")
+    # busy: nothing loaded in /api/ps, one cold load ahead
+    running = WireSetup(
+        "ollama",
+        MODEL,
+        tmp,
+        load_page="ps",
+        busy_page="ps_nothing_loaded",
+        busy_waiting=1.0,
+        adjust=_more_pools,
+    )
     yield running
     running.stop()
-    assert [u for fake in running.fakes() for u in fake.unmatched] == []
+    assert running.unmatched() == []
 
 
 class TestOllama(CompatScenarios):
     @pytest.fixture
-    def target(self, setup: Setup) -> Iterator[Target]:
-        yield Target(
-            kind="ollama",
-            gateway_url=setup.server.url,
-            cut=lambda: None,  # the recorded stream is itself cut off
+    def target(self, setup: WireSetup) -> Iterator[Target]:
+        yield setup.target(
             cut_request={"max_tokens": 200, "messages": STORY},
             rejected={"reasoning_effort": "low"},  # think on a model without thinking: Ollama's 400
             rejected_status=400,
-            make_busy=setup.make_busy,
-            served=setup.served,
         )
-        assert setup.single.unmatched == []
+        assert setup.unmatched() == []
 
 
-def _client(setup: Setup) -> openai.OpenAI:
+def _client(setup: WireSetup) -> openai.OpenAI:
     return openai.OpenAI(base_url=setup.server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
 
 
-def _vectors(setup: Setup) -> list[list[float]]:
+def _vectors(setup: WireSetup) -> list[list[float]]:
     """The transcript's vectors, as its JSON numbers read."""
-    vectors: list[list[float]] = json.loads(_exchange(setup.transcript, "embed")["response"]["chunks"][0])[
+    vectors: list[list[float]] = json.loads(exchange(setup.transcript, "embed")["response"]["chunks"][0])[
         "embeddings"
     ]
     return vectors
@@ -128,7 +78,7 @@ def _float32(vector: list[float]) -> list[float]:
     return [struct.unpack("<f", struct.pack("<f", x))[0] for x in vector]
 
 
-def test_embeddings_come_back_as_openai_vectors_in_either_encoding(setup: Setup) -> None:
+def test_embeddings_come_back_as_openai_vectors_in_either_encoding(setup: WireSetup) -> None:
     expected = _vectors(setup)
     as_floats = _client(setup).embeddings.create(model="ollama-embed", input=TEXTS, encoding_format="float")
     as_base64 = _client(setup).embeddings.create(model="ollama-embed", input=TEXTS)  # the SDK asks base64
@@ -142,7 +92,7 @@ def test_embeddings_come_back_as_openai_vectors_in_either_encoding(setup: Setup)
     assert sent == [{"model": "all-minilm", "input": TEXTS, "truncate": False}] * 2
 
 
-def test_a_model_the_server_lacks_is_the_clients_404(setup: Setup) -> None:
+def test_a_model_the_server_lacks_is_the_clients_404(setup: WireSetup) -> None:
     with pytest.raises(openai.NotFoundError) as caught:
         _client(setup).chat.completions.create(model="ollama-missing", messages=MESSAGES, max_tokens=16)  # type: ignore[arg-type]
     error = caught.value.body
@@ -151,14 +101,14 @@ def test_a_model_the_server_lacks_is_the_clients_404(setup: Setup) -> None:
     assert "llama3.2:missing" in error["message"]
 
 
-def test_the_health_probe_reads_api_version(setup: Setup) -> None:
+def test_the_health_probe_reads_api_version(setup: WireSetup) -> None:
     wait_until(lambda: ("GET", "/api/version", None) in setup.single.received, what="a probe of /api/version")
     state = setup.server.gateway.balancer.replicas("ollama")[0]
     assert state.health_url == setup.single.origin + "/api/version"
     assert state.is_healthy(setup.server.gateway.balancer.clock())
 
 
-def test_the_native_requests_are_what_ollama_documents(setup: Setup) -> None:
+def test_the_native_requests_are_what_ollama_documents(setup: WireSetup) -> None:
     client = _client(setup)
     client.chat.completions.create(model="ollama", messages=MESSAGES, max_tokens=16, temperature=0)  # type: ignore[arg-type]
     client.completions.create(
@@ -181,7 +131,7 @@ def test_the_native_requests_are_what_ollama_documents(setup: Setup) -> None:
     }
 
 
-def test_an_error_line_mid_stream_ends_the_clients_stream_with_an_error(setup: Setup) -> None:
+def test_an_error_line_mid_stream_ends_the_clients_stream_with_an_error(setup: WireSetup) -> None:
     stream = _client(setup).chat.completions.create(
         model="ollama",
         messages=[{"role": "user", "content": "Describe the ocean floor in detail."}],

@@ -9,110 +9,48 @@ requests the gateway sent, and pools refusing what TGI does not serve.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from tests.backends_compat.scenarios import (
-    MESSAGES,
-    PROMPT,
-    CompatScenarios,
-    Target,
-    compat_policy,
-    wait_until,
-)
-from tests.support.gateway_server import GatewayServer, write_policy
-from tests.support.wire_fake import WireFake, load_transcript
+from tests.backends_compat.scenarios import MESSAGES, PROMPT, CompatScenarios, Target, wait_until
+from tests.backends_compat.wire_setup import WireSetup
 
 MODEL = "HuggingFaceTB/SmolLM2-360M-Instruct"
 
 
-def _exchange(transcript: dict[str, Any], name: str) -> dict[str, Any]:
-    found: dict[str, Any] = next(e for e in transcript["exchanges"] if e["name"] == name)
-    return found
-
-
-class Setup:
-    def __init__(self, tmp: Path) -> None:
-        self.transcript = load_transcript("tgi")
-        self.single = WireFake(self.transcript).start()
-        self.busy = WireFake(self.transcript).start()
-        self.idle = WireFake(self.transcript).start()
-        policy = compat_policy("tgi", self.single.origin, (self.busy.origin, self.idle.origin), model=MODEL)
-        policy["routing"]["pools"]["tgi"] = {"health": {"probe_interval_s": 0.1}}
-        # every request reaches a replica (a cached answer would skip the pair's choice and the wire)
-        policy["cache"] = {"response": {"enabled": False}, "embeddings": {"enabled": False}}
-        self.server = GatewayServer(write_policy(tmp / "policy.yaml", policy)).start()
-
-    def fakes(self) -> tuple[WireFake, ...]:
-        return self.single, self.busy, self.idle
-
-    def pair(self) -> tuple[Any, Any]:
-        states = {s.replica.name: s for s in self.server.gateway.balancer.replicas("tgi-pair")}
-        return states["tgi-a"], states["tgi-b"]
-
-    def is_fresh(self, state: Any) -> bool:
-        return bool(state.load_fresh_until > self.server.gateway.balancer.clock())
-
-    @contextmanager
-    def make_busy(self) -> Iterator[None]:
-        self.busy.overrides["metrics"] = _exchange(self.transcript, "metrics_busy")["response"]
-        try:
-            wait_until(self._scraped(waiting=9.0), what="the busy replica's /metrics scraped")
-            yield
-        finally:
-            self.busy.overrides.pop("metrics", None)
-            wait_until(self._scraped(waiting=0.0), what="the busy replica's idle /metrics scraped again")
-
-    def _scraped(self, *, waiting: float) -> Any:
-        def condition() -> bool:
-            a, b = self.pair()
-            return a.num_waiting == waiting and b.num_waiting == 0.0 and self.is_fresh(a) and self.is_fresh(b)
-
-        return condition
-
-    def served(self) -> tuple[int, int]:
-        a, b = self.pair()
-        return a.num_requests, b.num_requests
-
-    def stop(self) -> None:
-        self.server.stop()
-        for fake in self.fakes():
-            fake.stop()
+def _tune(policy: dict[str, Any], setup: WireSetup) -> None:
+    policy["routing"]["pools"]["tgi"] = {"health": {"probe_interval_s": 0.1}}
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    running = Setup(tmp_path_factory.mktemp("tgi"))
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WireSetup]:
+    tmp = tmp_path_factory.mktemp("tgi")
+    running = WireSetup(
+        "tgi", MODEL, tmp, load_page="metrics", busy_page="metrics_busy", busy_waiting=9.0, adjust=_tune
+    )
     yield running
     running.stop()
-    assert [u for fake in running.fakes() for u in fake.unmatched] == []
+    assert running.unmatched() == []
 
 
 class TestTgi(CompatScenarios):
     @pytest.fixture
-    def target(self, setup: Setup) -> Iterator[Target]:
-        yield Target(
-            kind="tgi",
-            gateway_url=setup.server.url,
-            cut=lambda: None,  # the recorded stream is itself cut off
+    def target(self, setup: WireSetup) -> Iterator[Target]:
+        yield setup.target(
             cut_request={"max_tokens": 200},
             rejected={"logprobs": True, "top_logprobs": 10},  # over TGI's --max-top-n-tokens (5): its 422
             rejected_status=422,
-            make_busy=setup.make_busy,
-            served=setup.served,
         )
-        assert [u for fake in setup.fakes() for u in fake.unmatched] == []
+        assert setup.unmatched() == []
 
 
-def _client(setup: Setup) -> openai.OpenAI:
+def _client(setup: WireSetup) -> openai.OpenAI:
     return openai.OpenAI(base_url=setup.server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
 
 
-def test_the_validation_error_is_openai_shaped(setup: Setup) -> None:
+def test_the_validation_error_is_openai_shaped(setup: WireSetup) -> None:
     with pytest.raises(openai.UnprocessableEntityError) as caught:
         _client(setup).chat.completions.create(
             model="tgi",
@@ -130,7 +68,7 @@ def test_the_validation_error_is_openai_shaped(setup: Setup) -> None:
     }
 
 
-def test_the_stop_string_tgi_keeps_is_cut(setup: Setup) -> None:
+def test_the_stop_string_tgi_keeps_is_cut(setup: WireSetup) -> None:
     answer = _client(setup).chat.completions.create(
         model="tgi",
         messages=MESSAGES,  # type: ignore[arg-type]
@@ -143,14 +81,14 @@ def test_the_stop_string_tgi_keeps_is_cut(setup: Setup) -> None:
     assert answer.id.startswith("chatcmpl-")  # TGI's is ""
 
 
-def test_the_health_probe_reads_health(setup: Setup) -> None:
+def test_the_health_probe_reads_health(setup: WireSetup) -> None:
     wait_until(lambda: ("GET", "/health", None) in setup.single.received, what="a probe of /health")
     state = setup.server.gateway.balancer.replicas("tgi")[0]
     assert state.health_url == setup.single.origin + "/health"
     assert state.is_healthy(setup.server.gateway.balancer.clock())
 
 
-def test_the_native_requests_are_what_tgi_documents(setup: Setup) -> None:
+def test_the_native_requests_are_what_tgi_documents(setup: WireSetup) -> None:
     client = _client(setup)
     client.chat.completions.create(model="tgi", messages=MESSAGES, max_tokens=16, temperature=0, top_p=1)  # type: ignore[arg-type]
     answer = client.completions.create(model="tgi", prompt=PROMPT, max_tokens=16, temperature=0)
@@ -180,7 +118,7 @@ def test_the_native_requests_are_what_tgi_documents(setup: Setup) -> None:
     }
 
 
-def test_what_tgi_does_not_serve_is_refused_before_sending(setup: Setup) -> None:
+def test_what_tgi_does_not_serve_is_refused_before_sending(setup: WireSetup) -> None:
     client = _client(setup)
     sent = len(setup.single.received)
     with pytest.raises(openai.BadRequestError) as caught:

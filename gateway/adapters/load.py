@@ -8,10 +8,11 @@ one shape, which the ``load_aware`` strategy weighs and the console shows.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["ReplicaLoad", "parse_vllm_metrics", "prometheus_values"]
+__all__ = ["ReplicaLoad", "Sample", "parse_vllm_metrics", "prometheus_samples", "prometheus_values"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,32 +27,49 @@ class ReplicaLoad:
     """How full its KV cache is, 0..1 (0 when the backend does not say)."""
 
 
-def prometheus_values(page: bytes, names: Iterable[bytes]) -> dict[bytes, list[float]]:
-    """Every sample of the metrics ``names`` on a Prometheus text page, by name (labels ignored,
-    NaN skipped); a name with no sample is absent."""
+Sample = tuple[bytes, dict[bytes, bytes], float]
+"""One sample of a Prometheus text page: its metric name, its labels, its value."""
+
+_LABEL = re.compile(rb'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def prometheus_samples(page: bytes, names: Iterable[bytes]) -> list[Sample]:
+    """Every sample of the metrics ``names`` on a Prometheus text page, with its labels, in page order
+    (NaN skipped; a timestamp after the value ignored)."""
     wanted = set(names)
     prefixes = tuple({name[:4] for name in wanted})
-    found: dict[bytes, list[float]] = {}
+    found: list[Sample] = []
     for line in page.splitlines():
         if not line.startswith(prefixes):
             continue
-        brace = line.find(b"{")
-        space = line.find(b" ")
+        brace, space = line.find(b"{"), line.find(b" ")
         if brace != -1 and (space == -1 or brace < space):
-            name, rest = line[:brace], line[line.rfind(b"}") + 1 :]
+            name, close = line[:brace], line.rfind(b"}")
+            if name not in wanted or close < brace:
+                continue
+            labels, rest = dict(_LABEL.findall(line[brace + 1 : close])), line[close + 1 :]
         elif space != -1:
-            name, rest = line[:space], line[space:]
+            name, labels, rest = line[:space], {}, line[space:]
+            if name not in wanted:
+                continue
         else:
-            continue
-        if name not in wanted:
             continue
         fields = rest.split()
         try:
-            value = float(fields[0])  # a timestamp may follow the value
+            value = float(fields[0])
         except (IndexError, ValueError):
             continue
         if value == value:  # not NaN
-            found.setdefault(name, []).append(value)
+            found.append((name, labels, value))
+    return found
+
+
+def prometheus_values(page: bytes, names: Iterable[bytes]) -> dict[bytes, list[float]]:
+    """Every sample of the metrics ``names`` on a Prometheus text page, by name (labels ignored,
+    NaN skipped); a name with no sample is absent."""
+    found: dict[bytes, list[float]] = {}
+    for name, _, value in prometheus_samples(page, names):
+        found.setdefault(name, []).append(value)
     return found
 
 

@@ -7,44 +7,13 @@ says which figure is read how.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
-
-from gateway.adapters.load import ReplicaLoad, fraction, parse_vllm_metrics
+from gateway.adapters.load import ReplicaLoad, fraction, parse_vllm_metrics, prometheus_samples
 
 __all__ = ["parse_triton_metrics"]
 
 _PENDING = b"nv_inference_pending_request_count"
 _REQUESTS = b"nv_trt_llm_request_metrics"
 _KV_BLOCKS = b"nv_trt_llm_kv_cache_block_metrics"
-_LABEL = re.compile(rb'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def _samples(page: bytes, names: Iterable[bytes]) -> list[tuple[bytes, dict[bytes, bytes], float]]:
-    """Every sample of the metrics ``names`` on a Prometheus text page, with its labels (NaN skipped)."""
-    wanted = set(names)
-    found: list[tuple[bytes, dict[bytes, bytes], float]] = []
-    for line in page.splitlines():
-        brace, space = line.find(b"{"), line.find(b" ")
-        if brace != -1 and (space == -1 or brace < space):
-            name, close = line[:brace], line.rfind(b"}")
-            if close < brace:
-                continue
-            labels, rest = dict(_LABEL.findall(line[brace + 1 : close])), line[close + 1 :]
-        elif space != -1:
-            name, labels, rest = line[:space], {}, line[space:]
-        else:
-            continue
-        if name not in wanted:
-            continue
-        fields = rest.split()
-        try:
-            value = float(fields[0])  # a timestamp may follow the value
-        except (IndexError, ValueError):
-            continue
-        if value == value:  # not NaN
-            found.append((name, labels, value))
-    return found
 
 
 def parse_triton_metrics(page: bytes) -> ReplicaLoad | None:
@@ -58,7 +27,7 @@ def parse_triton_metrics(page: bytes) -> ReplicaLoad | None:
       ``max``; the fullest engine's;
     - Triton's vLLM backend's ``vllm:num_requests_waiting``, ``_running``, ``gpu_cache_usage_perc``
       are added where present."""
-    samples = _samples(page, (_PENDING, _REQUESTS, _KV_BLOCKS))
+    samples = prometheus_samples(page, (_PENDING, _REQUESTS, _KV_BLOCKS))
     vllm = parse_vllm_metrics(page)
     if not samples and vllm is None:
         return None

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from gateway.adapters.load import ReplicaLoad, fraction, parse_vllm_metrics, prometheus_values
+from gateway.adapters.load import (
+    ReplicaLoad,
+    fraction,
+    parse_vllm_metrics,
+    prometheus_samples,
+    prometheus_values,
+)
 
 PAGE = b"""# HELP tgi_queue_size Current queue size
 # TYPE tgi_queue_size gauge
@@ -28,3 +34,11 @@ def test_vllm_names_and_clamping() -> None:
     assert parse_vllm_metrics(page) == ReplicaLoad(2.0, 1.0, 1.0)
     assert parse_vllm_metrics(PAGE) is None
     assert fraction(-1) == 0.0 and fraction(0.25) == 0.25
+
+
+def test_prometheus_samples_keep_each_samples_labels() -> None:
+    page = b'nv_trt_llm_request_metrics{model="e",request_type="waiting"} 4\nnv_trt_llm_request_metrics 1\n'
+    assert prometheus_samples(page, (b"nv_trt_llm_request_metrics",)) == [
+        (b"nv_trt_llm_request_metrics", {b"model": b"e", b"request_type": b"waiting"}, 4.0),
+        (b"nv_trt_llm_request_metrics", {}, 1.0),
+    ]

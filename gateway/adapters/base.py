@@ -24,7 +24,33 @@ from typing import Any, ClassVar, Protocol
 
 from gateway.adapters.load import ReplicaLoad, parse_vllm_metrics
 
-__all__ = ["Adapter", "Exchange", "NativeResponse", "StreamTranslator", "TranslatedResponse", "Translator"]
+__all__ = [
+    "NO_EFFECT_FIELDS",
+    "Adapter",
+    "Exchange",
+    "NativeResponse",
+    "StreamTranslator",
+    "TranslatedResponse",
+    "Translator",
+]
+
+
+NO_EFFECT_FIELDS = frozenset(
+    {
+        "stream_options",
+        "user",
+        "metadata",
+        "store",
+        "service_tier",
+        "priority",
+        "cache_salt",
+        "safety_identifier",
+        "prompt_cache_key",
+        "parallel_tool_calls",
+    }
+)
+"""OpenAI request fields (and the gateway's ``priority`` and ``cache_salt``) that never change the
+output: a native adapter drops them rather than refusing them."""
 
 
 class NativeResponse(Protocol):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.adapters.base import NO_EFFECT_FIELDS
 from gateway.errors import InvalidRequest
 
 __all__ = ["COMPLETION_MAX_TOKENS", "chat_request", "completion_request", "embedding_request"]
@@ -28,22 +29,7 @@ __all__ = ["COMPLETION_MAX_TOKENS", "chat_request", "completion_request", "embed
 COMPLETION_MAX_TOKENS = 16
 """OpenAI's ``max_tokens`` default for ``/completions`` (Ollama's own is no limit)."""
 
-_NEUTRAL = frozenset(
-    {
-        "model",
-        "stream",
-        "stream_options",
-        "user",
-        "metadata",
-        "store",
-        "service_tier",
-        "priority",
-        "cache_salt",
-        "safety_identifier",
-        "prompt_cache_key",
-        "parallel_tool_calls",
-    }
-)
+_NEUTRAL = frozenset({"model", "stream", *NO_EFFECT_FIELDS})
 """Request fields with no effect on the output: dropped (``model`` and ``stream`` are set apart)."""
 
 _OPTIONS = {

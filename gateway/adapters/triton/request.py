@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.adapters.base import NO_EFFECT_FIELDS
 from gateway.adapters.prompts import render_chat
 from gateway.adapters.stop import stop_strings
 from gateway.errors import InvalidRequest
@@ -46,18 +47,7 @@ _PASSED = {  # OpenAI (and vLLM-style) sampling parameters with the ensemble inp
 _HANDLED = {"model", "max_tokens", "stop", "stream", "temperature", "top_p", "top_k", *_PASSED}
 _CHAT_HANDLED = {*_HANDLED, "messages", "max_completion_tokens"}
 _COMPLETION_HANDLED = {*_HANDLED, "prompt"}
-_NO_EFFECT = {  # dropped: they do not change the output
-    "stream_options",
-    "user",
-    "metadata",
-    "store",
-    "service_tier",
-    "priority",
-    "cache_salt",
-    "parallel_tool_calls",
-    "safety_identifier",
-    "prompt_cache_key",
-}
+_NO_EFFECT = NO_EFFECT_FIELDS  # dropped: they do not change the output
 
 
 def _is_neutral(name: str, value: Any) -> bool:

@@ -126,7 +126,8 @@ class Balancer:
                 state.health = health
                 if state.adapter.kind != replica.kind or state.adapter.chat_template != replica.chat_template:
                     state.adapter = build_adapter(replica.kind, chat_template=replica.chat_template)
-                adapter, root = state.adapter, server_root(replica.base_url)
+                adapter = state.adapter
+                root = state.root = server_root(replica.base_url)
                 health_path = health.path or adapter.health_path
                 state.health_url = overrides.health_urls.get(replica.label) or root + health_path
                 state.metrics_url = replica.metrics_url or root + (

@@ -33,6 +33,9 @@ class ReplicaState:
     """The active checks that apply to this replica (its pool's)."""
     adapter: Adapter = field(default_factory=lambda: build_adapter("openai"))
     """Speaks the replica's kind's API (``gateway.adapters``); set from the replica at each reload."""
+    root: str = ""
+    """The server root: ``base_url`` without its ``/v1`` (``balancer.server_root``), where a kind's native
+    routes and pass-through routes go; set at each reload, not worked out per request."""
     health_url: str = ""
     metrics_url: str = ""
     scrape_interval_s: float = 0.0

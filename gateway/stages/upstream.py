@@ -45,7 +45,7 @@ from gateway.errors import (
     UpstreamStatusError,
 )
 from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult, UpstreamSpan, Usage
-from gateway.replicas.balancer import Balancer, ReplicaState, server_root
+from gateway.replicas.balancer import Balancer, ReplicaState
 from gateway.replicas.client import UpstreamClient, UpstreamResponse
 from gateway.request_ids import RequestIds
 from gateway.responses import ResponsesRelay, read_response_usage
@@ -119,8 +119,7 @@ class CallUpstream:
             body["stream_options"] = upstream_stream_options(options, include_usage=call.include_usage)
         exchange = None
         if not is_passthrough:  # the replica's kind may want its native API (None: OpenAI mode)
-            root = server_root(replica.base_url)
-            exchange = state.adapter.exchange(call.endpoint.value, body, root, stream=call.is_stream)
+            exchange = state.adapter.exchange(call.endpoint.value, body, state.root, stream=call.is_stream)
         upstream_id = self.ids.for_upstream(call.request_id)  # the client's id may repeat; this never does
         headers = {"Content-Type": "application/json", "X-Request-Id": upstream_id, **state.headers}
         attempt: UpstreamSpan | None = None
@@ -246,7 +245,7 @@ def _url(call: Call, state: ReplicaState) -> str:
             code="no_healthy_replica",
             headers={"Retry-After": "1"},
         )
-    return server_root(state.replica.base_url) + call.path
+    return state.root + call.path
 
 
 def _read_usage(endpoint: Endpoint, payload: bytes) -> tuple[Usage | None, list[str]]:

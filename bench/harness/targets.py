@@ -118,8 +118,10 @@ def start_gateway(
     work_dir: Path,
     num_workers: int,
     timeout_s: float,
+    repo_root: Path = REPO_ROOT,
 ) -> Target:
-    """``python -m gateway serve`` on a free port with the filled-in policy; waits for ``/healthz``."""
+    """``python -m gateway serve`` on a free port with the filled-in policy; waits for ``/healthz``.
+    ``repo_root``: the tree whose ``gateway`` runs (another checkout, for an A/B of two commits)."""
     policy_path = work_dir / f"policy-{index}.yaml"
     policy_path.write_text(fill(config.policy_template.read_text(), values))
     port = free_port()
@@ -138,7 +140,7 @@ def start_gateway(
     if num_workers > 1:
         argv += ["--workers", str(num_workers)]
     env = {key: fill(value, values) for key, value in config.env.items()}
-    process = ManagedProcess(ProcessSpec(f"gateway-{index}", tuple(argv), cpus, work_dir, env, cwd=REPO_ROOT))
+    process = ManagedProcess(ProcessSpec(f"gateway-{index}", tuple(argv), cpus, work_dir, env, cwd=repo_root))
     process.start()
     startup_s = process.wait_healthy(f"http://127.0.0.1:{port}/healthz", timeout_s)
     base = f"http://127.0.0.1:{port}/v1"

@@ -70,7 +70,7 @@ def preload_env(environ: Mapping[str, str], library: Path | None) -> dict[str, s
 
 
 def relaunch_with_intel_openmp() -> None:
-    """Start this process again (``os.execv``, same PID and arguments) with Intel's runtime preloaded,
+    """Start this process again (``os.execve``, same PID and arguments) with Intel's runtime preloaded,
     when it is installed and not loaded yet. Call first thing in a ``__main__``, before torch."""
     if not sys.platform.startswith("linux"):
         return

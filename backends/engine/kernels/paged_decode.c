@@ -372,18 +372,141 @@ AVX_GROUPS(128)
 static const ItemFn AVX_FNS[2][3][8] = {{AVX_ROW(32, f32), AVX_ROW(64, f32), AVX_ROW(128, f32)},
                                         {AVX_ROW(32, bf16), AVX_ROW(64, bf16), AVX_ROW(128, bf16)}};
 
-static ItemFn avx512_fn(const Job *j) {
+static ItemFn vector_fn(const Job *j) {
     const int G = j->num_heads / j->num_kv_heads, D = j->head_dim;
     if (j->kv_dtype != KV_AS_Q || G < 1 || G > 8) return NULL;
     const int row = D == 32 ? 0 : D == 64 ? 1 : D == 128 ? 2 : -1;
     return row < 0 ? NULL : AVX_FNS[j->is_bf16 ? 1 : 0][row][G - 1];
 }
+static const char *const ISA = "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+/* With AVX2 and FMA (fp32 or bf16 K/V in q's dtype, head_dim a multiple of 8): the AVX-512 walk above at
+ * half the width. Sixteen vector registers do not hold a group's queries and accumulators at once, so the
+ * compiler keeps part of them in L1, which is still far cheaper than the portable loops' scalar work. */
+static inline __attribute__((always_inline)) __m256 load8(const void *p, const int is_bf16) {
+    if (is_bf16)
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    return _mm256_loadu_ps(p);
+}
+
+static inline __attribute__((always_inline)) float hsum8(__m256 a) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+static inline __attribute__((always_inline)) void run_item_avx2(const Job *j, int item, float *scores,
+                                                                float *tmp, const int D, const int G,
+                                                                const int is_bf16) {
+    const int C = D / 8, esz = is_bf16 ? 2 : 4;
+    const int nkv = j->num_kv_heads, bs = j->block_size;
+    const int s = item / nkv, h = item % nkv;
+    const int len = j->lens[s];
+    const int start = j->window > 0 && len > j->window ? len - j->window : 0; /* first key in the window */
+    const int L = len - start;
+    const int first_block = start / bs;
+    const int num_blocks = (len + bs - 1) / bs;
+    const int64_t qoff = ((int64_t)s * j->num_heads + (int64_t)h * G) * D; /* into out */
+    const int64_t qin = (int64_t)s * j->q_stride + (int64_t)h * G * D;     /* into q */
+    const int64_t *table = j->tables + (int64_t)s * j->max_blocks;
+    const int64_t head_bytes = (int64_t)h * j->num_slots * D * esz, row_bytes = (int64_t)D * esz;
+    const char *kbase = (const char *)j->k + head_bytes, *vbase = (const char *)j->v + head_bytes;
+    const char *qbase = (const char *)j->q + qin * esz;
+    const __m256 scale = _mm256_set1_ps(j->scale);
+    __m256 q[8][16];
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < C; c++) q[g][c] = _mm256_mul_ps(load8(qbase + (g * D + c * 8) * esz, is_bf16), scale);
+    for (int b = first_block; b < num_blocks; b++) {
+        const int lo = b == first_block ? start - b * bs : 0;
+        const int n = b == num_blocks - 1 ? len - b * bs : bs;
+        const int base = b * bs - start;
+        const char *row = kbase + (table[b] * bs + lo) * row_bytes;
+        const char *ahead = b + 1 < num_blocks ? kbase + table[b + 1] * bs * row_bytes
+                                               : vbase + (table[first_block] * bs) * row_bytes;
+        for (int o = lo; o < n; o++, row += row_bytes) {
+            for (int line = 0; line < row_bytes; line += 64) _mm_prefetch(ahead + o * row_bytes + line, _MM_HINT_T0);
+            for (int g = 0; g < G; g++) {
+                __m256 a = _mm256_mul_ps(q[g][0], load8(row, is_bf16));
+                for (int c = 1; c < C; c++) a = _mm256_fmadd_ps(q[g][c], load8(row + c * 8 * esz, is_bf16), a);
+                scores[g * L + base + o] = hsum8(a);
+            }
+        }
+    }
+    float inv_sum[8];
+    softmax_rows(scores, L, G, inv_sum);
+    __m256 acc[8][16];
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < C; c++) acc[g][c] = _mm256_setzero_ps();
+    for (int b = first_block; b < num_blocks; b++) {
+        const int lo = b == first_block ? start - b * bs : 0;
+        const int n = b == num_blocks - 1 ? len - b * bs : bs;
+        const int base = b * bs - start;
+        const char *row = vbase + (table[b] * bs + lo) * row_bytes;
+        const char *ahead = b + 1 < num_blocks ? vbase + table[b + 1] * bs * row_bytes : NULL;
+        for (int o = lo; o < n; o++, row += row_bytes) {
+            if (ahead)
+                for (int line = 0; line < row_bytes; line += 64) _mm_prefetch(ahead + o * row_bytes + line, _MM_HINT_T0);
+            for (int c = 0; c < C; c++) {
+                const __m256 v = load8(row + c * 8 * esz, is_bf16);
+                for (int g = 0; g < G; g++)
+                    acc[g][c] = _mm256_fmadd_ps(_mm256_set1_ps(scores[g * L + base + o]), v, acc[g][c]);
+            }
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        const __m256 inv = _mm256_set1_ps(inv_sum[g]);
+        for (int c = 0; c < C; c++) {
+            const __m256 o = _mm256_mul_ps(acc[g][c], inv);
+            if (is_bf16)
+                _mm256_storeu_ps(tmp + c * 8, o);
+            else
+                _mm256_storeu_ps((float *)j->out + qoff + g * D + c * 8, o);
+        }
+        if (is_bf16)
+            for (int d = 0; d < D; d++) ((uint16_t *)j->out)[qoff + g * D + d] = f32_to_bf16(tmp[d]);
+    }
+}
+
+#define AVX2(D_, G_)                                                                                   \
+    static void avx2_##D_##_##G_##_f32(const Job *j, int item, float *scores, float *qs, float *acc) { \
+        (void)qs;                                                                                      \
+        run_item_avx2(j, item, scores, acc, D_, G_, 0);                                                \
+    }                                                                                                  \
+    static void avx2_##D_##_##G_##_bf16(const Job *j, int item, float *scores, float *qs, float *acc) { \
+        (void)qs;                                                                                      \
+        run_item_avx2(j, item, scores, acc, D_, G_, 1);                                                \
+    }
+#define AVX2_GROUPS(D_) AVX2(D_, 1) AVX2(D_, 2) AVX2(D_, 3) AVX2(D_, 4) AVX2(D_, 5) AVX2(D_, 6) AVX2(D_, 7) AVX2(D_, 8)
+AVX2_GROUPS(32)
+AVX2_GROUPS(64)
+AVX2_GROUPS(128)
+#define AVX2_ROW(D_, T_)                                                                               \
+    {avx2_##D_##_1_##T_, avx2_##D_##_2_##T_, avx2_##D_##_3_##T_, avx2_##D_##_4_##T_,                   \
+     avx2_##D_##_5_##T_, avx2_##D_##_6_##T_, avx2_##D_##_7_##T_, avx2_##D_##_8_##T_}
+static const ItemFn AVX2_FNS[2][3][8] = {{AVX2_ROW(32, f32), AVX2_ROW(64, f32), AVX2_ROW(128, f32)},
+                                         {AVX2_ROW(32, bf16), AVX2_ROW(64, bf16), AVX2_ROW(128, bf16)}};
+
+static ItemFn vector_fn(const Job *j) {
+    const int G = j->num_heads / j->num_kv_heads, D = j->head_dim;
+    if (j->kv_dtype != KV_AS_Q || G < 1 || G > 8) return NULL;
+    const int row = D == 32 ? 0 : D == 64 ? 1 : D == 128 ? 2 : -1;
+    return row < 0 ? NULL : AVX2_FNS[j->is_bf16 ? 1 : 0][row][G - 1];
+}
+static const char *const ISA = "avx2";
 #else
-static ItemFn avx512_fn(const Job *j) {
+static ItemFn vector_fn(const Job *j) {
     (void)j;
     return NULL;
 }
+static const char *const ISA = "portable";
 #endif
+
+/* Which vector path this build of the kernel runs: "avx512", "avx2" or "portable". */
+const char *paged_decode_isa(void) { return ISA; }
 
 /* The general case: any head and group size. */
 static void run_item(const Job *j, int item, float *scores, float *qbuf, float *acc) {
@@ -434,7 +557,7 @@ static void run_items(const Job *j, int shared) {
     float *scores = (float *)malloc(sizeof(float) * G * (size_t)j->max_len);
     float *q = (float *)malloc(sizeof(float) * G * D);
     float *acc = (float *)malloc(sizeof(float) * G * D);
-    const ItemFn avx = avx512_fn(j);
+    const ItemFn avx = vector_fn(j); /* the widest vector path this build has, if it fits the shapes */
     const ItemFn fixed = avx ? avx : fixed_fn(j);
     const ItemFn fn = fixed ? fixed : run_item;
     if (scores && q && acc) {

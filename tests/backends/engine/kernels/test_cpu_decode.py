@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import random
 from pathlib import Path
 
@@ -175,6 +176,17 @@ def test_supports_only_cpu_fp32_and_bf16(kernel: cpu_decode.CpuDecodeKernel) -> 
     assert kernel.supports(x.bfloat16(), x.bfloat16())
     assert not kernel.supports(x.half(), x.half())
     assert not kernel.supports(x.transpose(0, 1), x)
+
+
+def test_builds_the_widest_vector_path_this_cpu_has(kernel: cpu_decode.CpuDecodeKernel) -> None:
+    """``-march=native``: AVX-512 where the CPU has it, else AVX2 with FMA, else the portable loops."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if platform.machine() not in ("x86_64", "AMD64") or not cpuinfo.exists():
+        assert kernel.isa == "portable"
+        return
+    flags = set(next(line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")).split())
+    expected = "avx512" if "avx512f" in flags else "avx2" if {"avx2", "fma"} <= flags else "portable"
+    assert kernel.isa == expected
 
 
 def test_falls_back_to_torch_without_a_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,8 +5,13 @@ other compare two moments of the host as much as two servers. Here both servers 
 up. Each round builds a new workload (a new seed, so no prefix cache has seen its prompts) and runs it
 through one server, then the other; the next round swaps the order. The figure is the median over
 rounds of the first server's output tok/s over the second's in the same round, with the geometric mean
-beside it. While one server works, the other's CPU seconds are counted: a server that spins while idle
-would take cores from its rival, and the report shows it instead of hiding it in the ratio.
+beside it.
+
+While one server works, the other is paused (SIGSTOP to its process group, SIGCONT and a health check
+before its own turn). An idle server is not quiet: vLLM's CPU build, idle, wakes its thirteen gloo
+threads about 1,300 times a second, each wakeup able to stall one of the busy server's two OpenMP
+workers at a barrier, which cost the busy server about 9% on two cores. The idle side's CPU seconds
+are still counted, and must stay near zero.
 
 ``bench/engine_throughput.py --rounds N`` drives this for Switchyard against vLLM's CPU build, or
 against itself with a different environment (``--baseline switchyard --baseline-env K=V``).
@@ -77,7 +82,8 @@ def run_paired(
     run_round: Measure = _measure_warm,
 ) -> dict[str, Any]:
     """Start both servers (one after the other, so neither's start slows the other's), warm each up,
-    then run every workload through both in ``round_order``; stops both whatever happens."""
+    then run every workload through both in ``round_order``, the idle one paused; stops both whatever
+    happens."""
     if not workloads:
         raise ValueError("run_paired needs at least one workload")
     labels = (contenders[0].label, contenders[1].label)
@@ -95,14 +101,18 @@ def run_paired(
                 server.wait_healthy(contender.base_url.rstrip("/") + "/v1/models", ready_timeout_s), 1
             )
             asyncio.run(warm_up(contender.base_url, model, list(workloads[0][0][0])))
+            server.pause()
         rounds = []
         for index, (prompts, lens) in enumerate(workloads):
             row: dict[str, Any] = {"round": index + 1, "idle_cpu_s": {}}
             for i in round_order(index):
-                busy, idle = contenders[i], servers[1 - i]
+                busy, server, idle = contenders[i], servers[i], servers[1 - i]
+                server.resume()
+                server.wait_healthy(busy.base_url.rstrip("/") + "/v1/models", ready_timeout_s)
                 idle_before = idle.cpu_s()
                 row[busy.label] = run_round(busy.base_url, model, prompts, lens)
                 row["idle_cpu_s"][labels[1 - i]] = round(idle.cpu_s() - idle_before, 2)
+                server.pause()
             row["order"] = [labels[i] for i in round_order(index)]
             row["ratio"] = round(row[labels[0]]["output_tok_s"] / row[labels[1]]["output_tok_s"], 3)
             rounds.append(row)

@@ -128,11 +128,19 @@ class ManagedProcess:
             return
         # The child leads its own process group (start_new_session): signal that group only.
         _signal_group(proc.pid, signal.SIGTERM)
+        _signal_group(proc.pid, signal.SIGCONT)  # a paused group takes the SIGTERM once it runs again
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _signal_group(proc.pid, signal.SIGKILL)
             proc.wait(timeout=timeout_s)
+
+    def pause(self) -> None:
+        """SIGSTOP the whole process group: no CPU, no timer wakeups, sockets kept, until ``resume``."""
+        _signal_group(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        _signal_group(self.pid, signal.SIGCONT)
 
     def tree_pids(self) -> list[int]:
         return process_tree(self.pid)

@@ -28,6 +28,21 @@ def fake_contender(label: str, tmp_path: Path) -> Contender:
     return Contender(label, spec, f"http://127.0.0.1:{port}")
 
 
+def answers(base_url: str) -> bool:
+    """Whether the server answers ``GET /v1/models`` within half a second (a paused one never does)."""
+
+    async def get() -> bool:
+        timeout = aiohttp.ClientTimeout(total=0.5)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            try:
+                async with session.get(base_url + "/v1/models") as resp:
+                    return resp.status == 200
+            except TimeoutError:
+                return False
+
+    return asyncio.run(get())
+
+
 def test_rounds_alternate_which_server_goes_first() -> None:
     assert [round_order(i) for i in range(4)] == [(0, 1), (1, 0), (0, 1), (1, 0)]
 
@@ -67,6 +82,8 @@ def test_two_servers_take_every_workload_in_alternating_order_and_are_stopped(tm
 
     def run_round(url: str, model: str, prompts: Sequence[list[int]], lens: Sequence[int]) -> dict[str, Any]:
         calls.append((url, len(prompts)))
+        idle = b if url == a.base_url else a
+        assert not answers(idle.base_url), "the idle server must be paused while the other runs"
         return measure(url, model, prompts, lens, do_warm_up=False)
 
     workloads = [([[17, 18]] * n, [3] * n) for n in (1, 2, 3)]

@@ -3,6 +3,7 @@ second, for the instruction-set path this machine builds (AVX-512, AVX2 or the p
 
     python bench/decode_kernel.py                      # fp32, 64 sequences of 32-512 tokens
     python bench/decode_kernel.py --dtype bfloat16 --num-seqs 16
+    python bench/decode_kernel.py --vs-portable        # also the portable loops, calls alternating
 
 A decode step runs this once per layer for every sequence in the batch; the K/V it reads is the
 sequences' whole context (2 x kv heads x head_dim x element size a token), scattered over blocks in a
@@ -39,6 +40,11 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument(
+        "--vs-portable",
+        action="store_true",
+        help="also time the portable loops on the same inputs, alternating call by call",
+    )
     args = parser.parse_args(argv)
     kernel = cpu_decode.load()
     if kernel is None:
@@ -62,27 +68,36 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     k = torch.randn(shape, generator=gen).to(dtype)
     v = torch.randn(shape, generator=gen).to(dtype)
     q = torch.randn(args.num_seqs, args.num_heads, args.head_dim, generator=gen).to(dtype)
-    out = torch.empty_like(q)
     lens_t = torch.tensor(lens, dtype=torch.int32)
     scale = args.head_dim**-0.5
-    for _ in range(3):
-        kernel(q, k, v, tables, lens_t, bs, scale, out)
-    times = []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        kernel(q, k, v, tables, lens_t, bs, scale, out)
-        times.append(time.perf_counter() - start)
-    ms = 1000 * statistics.median(times)
+    paths = [False, True] if args.vs_portable else [False]
+    times: dict[bool, list[float]] = {portable: [] for portable in paths}
+    outs = {portable: torch.empty_like(q) for portable in paths}
+    try:
+        for repeat in range(3 + args.repeats):  # three warm-up calls a path
+            for portable in paths:
+                kernel.portable = portable
+                start = time.perf_counter()
+                kernel(q, k, v, tables, lens_t, bs, scale, outs[portable])
+                if repeat >= 3:
+                    times[portable].append(time.perf_counter() - start)
+    finally:
+        kernel.portable = False
+    ms = {portable: 1000 * statistics.median(t) for portable, t in times.items()}
     kv_bytes = 2 * sum(lens) * args.num_kv_heads * args.head_dim * k.element_size()
-    result = {
+    result: dict[str, object] = {
         "isa": kernel.isa,
         "dtype": args.dtype,
         "num_seqs": args.num_seqs,
         "context_tokens": sum(lens),
         "threads": torch.get_num_threads(),
-        "ms_per_layer_p50": round(ms, 3),
-        "kv_gb_s": round(kv_bytes / (ms / 1000) / 1e9, 1),
+        "ms_per_layer_p50": round(ms[False], 3),
+        "kv_gb_s": round(kv_bytes / (ms[False] / 1000) / 1e9, 1),
     }
+    if args.vs_portable:
+        result["portable_ms_per_layer_p50"] = round(ms[True], 3)
+        result["time_vs_portable"] = round(ms[False] / ms[True], 3)
+        result["max_abs_diff_vs_portable"] = (outs[False].float() - outs[True].float()).abs().max().item()
     print(json.dumps(result))
     return result
 

@@ -49,6 +49,16 @@ class CpuDecodeKernel:
         isa.argtypes = []
         self.isa: str = isa().decode()
         """The vector path this build runs where the shapes allow: "avx512", "avx2" or "portable"."""
+        self._portable = ctypes.c_int.in_dll(library, "paged_decode_portable")
+
+    @property
+    def portable(self) -> bool:
+        """True: the portable loops run even where the vector path fits (to time or test both)."""
+        return bool(self._portable.value)
+
+    @portable.setter
+    def portable(self, value: bool) -> None:
+        self._portable.value = int(value)
 
     @staticmethod
     def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:

@@ -508,6 +508,10 @@ static const char *const ISA = "portable";
 /* Which vector path this build of the kernel runs: "avx512", "avx2" or "portable". */
 const char *paged_decode_isa(void) { return ISA; }
 
+/* Nonzero: run the portable loops even where a vector path fits (bench/decode_kernel.py --vs-portable
+ * times both; tests compare them). */
+int paged_decode_portable = 0;
+
 /* The general case: any head and group size. */
 static void run_item(const Job *j, int item, float *scores, float *qbuf, float *acc) {
     const int nkv = j->num_kv_heads, D = j->head_dim, bs = j->block_size;
@@ -557,7 +561,7 @@ static void run_items(const Job *j, int shared) {
     float *scores = (float *)malloc(sizeof(float) * G * (size_t)j->max_len);
     float *q = (float *)malloc(sizeof(float) * G * D);
     float *acc = (float *)malloc(sizeof(float) * G * D);
-    const ItemFn avx = vector_fn(j); /* the widest vector path this build has, if it fits the shapes */
+    const ItemFn avx = paged_decode_portable ? NULL : vector_fn(j); /* the widest that fits the shapes */
     const ItemFn fixed = avx ? avx : fixed_fn(j);
     const ItemFn fn = fixed ? fixed : run_item;
     if (scores && q && acc) {

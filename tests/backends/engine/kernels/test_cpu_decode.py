@@ -189,6 +189,28 @@ def test_builds_the_widest_vector_path_this_cpu_has(kernel: cpu_decode.CpuDecode
     assert kernel.isa == expected
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_vector_path_matches_the_portable_loops(
+    kernel: cpu_decode.CpuDecodeKernel, dtype: torch.dtype
+) -> None:
+    lens = [1, 15, 16, 17, 33, 200, 511, 64]
+    q, k_cache, v_cache, meta = _case(9, 3, 64, lens, dtype)
+    assert meta.decode_blocks is not None and meta.decode_lens is not None
+    outs = []
+    for portable in (False, True):
+        kernel.portable = portable
+        try:
+            out = torch.empty_like(q)
+            kernel(q, k_cache, v_cache, meta.decode_blocks, meta.decode_lens, BLOCK_SIZE, 0.125, out)
+        finally:
+            kernel.portable = False
+        outs.append(out)
+    if dtype == torch.float32:
+        torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+    else:  # bf16 outputs: torch's bf16 tolerances
+        torch.testing.assert_close(outs[0], outs[1])
+
+
 def test_falls_back_to_torch_without_a_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SWITCHYARD_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))

@@ -1,4 +1,4 @@
-# Switchyard: `make run` serves, `make test` tests. Both set everything up on a fresh machine.
+# Sortyard: `make run` serves, `make test` tests. Both set everything up on a fresh machine.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python

@@ -10,7 +10,7 @@ more than the work on these CPUs; the 64-request benchmark ran 1.3x faster throu
 
 A runtime has to be loaded before any library that uses one, so the server and the benchmark start
 themselves again at once, before torch is imported, with ``LD_PRELOAD`` naming it
-(:func:`relaunch_with_intel_openmp`); the process keeps its PID. ``SWITCHYARD_OPENMP=gnu`` keeps libgomp.
+(:func:`relaunch_with_intel_openmp`); the process keeps its PID. ``SORTYARD_OPENMP=gnu`` keeps libgomp.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-OPENMP_ENV = "SWITCHYARD_OPENMP"
+OPENMP_ENV = "SORTYARD_OPENMP"
 """``intel`` (the default: Intel's runtime when installed) or ``gnu`` (libgomp, as torch ships)."""
 
 _LIBRARY = "libiomp5.so"

@@ -219,7 +219,7 @@ def run_mode(
             "warning",
         ],
         tmp / f"gateway-{affinity}.log",
-        env={"SWITCHYARD_CACHE_SALT_SECRET": "bench"},
+        env={"SORTYARD_CACHE_SALT_SECRET": "bench"},
     )
     try:
         for p, proc in zip(ports, engines, strict=True):

@@ -1,10 +1,10 @@
-"""How long a drain takes: SIGTERM to a real ``switchyard serve`` process with streams open.
+"""How long a drain takes: SIGTERM to a real ``sortyard serve`` process with streams open.
 
 A gateway process (``python -m gateway serve``, one worker, the in-process store) in front of the fake
 OpenAI upstream of the test suite. Each trial opens ``--streams`` slow streams (200 events over 10 s),
 sends SIGTERM once each has its first event, and measures from the signal:
 
-- port closed: until a new connection is refused (``SWITCHYARD_DRAIN_DELAY_S`` is 0);
+- port closed: until a new connection is refused (``SORTYARD_DRAIN_DELAY_S`` is 0);
 - streams cut: until the last open stream's connection is closed by the gateway (the streams are
   longer than the drain deadline, so each is cut at it);
 - exit: until the process has exited (the cut requests settled, the store flushed), and its status.
@@ -76,7 +76,7 @@ def _refuses(port: int) -> bool:
 
 def trial(policy: Path, deadline_s: float, num_streams: int) -> dict[str, float]:
     """One SIGTERM with ``num_streams`` streams open; seconds from the signal to each event."""
-    env = {"SWITCHYARD_DRAIN_DELAY_S": "0", "SWITCHYARD_DRAIN_TIMEOUT_S": str(deadline_s)}
+    env = {"SORTYARD_DRAIN_DELAY_S": "0", "SORTYARD_DRAIN_TIMEOUT_S": str(deadline_s)}
     gateway = GatewayProcess(policy, env=env).wait_ready()
     try:
         streams = [_Stream(gateway.port) for _ in range(num_streams)]
@@ -109,7 +109,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--streams", type=int, default=4)
-    parser.add_argument("--deadline-s", type=float, default=2.0, help="SWITCHYARD_DRAIN_TIMEOUT_S (< 10)")
+    parser.add_argument("--deadline-s", type=float, default=2.0, help="SORTYARD_DRAIN_TIMEOUT_S (< 10)")
     parser.add_argument("--json-out")
     args = parser.parse_args()
     logging.getLogger("aiohttp").setLevel(logging.CRITICAL)  # the fake upstream's writes to cut streams

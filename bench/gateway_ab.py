@@ -12,7 +12,7 @@ req/s, one per round), with their geometric mean beside it; each side's medians 
     python bench/gateway_ab.py --before /tmp/sy-before --after /tmp/sy-after --rounds 40 --duration 3
 
 The policy template (default: the full policy, ``harness/policy-full.yaml.tmpl``) gets ``${NGINX_PORT}``,
-``${API_KEY_SHA256}`` and ``${REDIS_URL}`` filled in; each gateway gets ``SWITCHYARD_REDIS_URL`` and
+``${API_KEY_SHA256}`` and ``${REDIS_URL}`` filled in; each gateway gets ``SORTYARD_REDIS_URL`` and
 ``OTEL_TRACES_EXPORTER=console``, as overhead.py's full-policy rows do, plus any ``--env KEY=VALUE``.
 """
 
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     for side, tree in trees.items():
         if not (tree / "gateway" / "__main__.py").is_file():
-            raise BenchError(f"--{side} {tree}: not a Switchyard tree (no gateway/__main__.py)")
+            raise BenchError(f"--{side} {tree}: not a Sortyard tree (no gateway/__main__.py)")
     extra = dict(item.split("=", 1) for item in args.env)
     with ExitStack() as stack:
         work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sy-ab-")))
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "API_KEY_SHA256": hashlib.sha256(args.api_key.encode()).hexdigest(),
             "REDIS_URL": redis.url,
         }
-        env = {"SWITCHYARD_REDIS_URL": "${REDIS_URL}", "OTEL_TRACES_EXPORTER": "console", **extra}
+        env = {"SORTYARD_REDIS_URL": "${REDIS_URL}", "OTEL_TRACES_EXPORTER": "console", **extra}
         targets: dict[str, Target] = {}
         for index, side in enumerate(SIDES):
             config = GatewayConfig(side, args.policy, env)

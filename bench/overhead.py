@@ -7,7 +7,7 @@ req/s and p50/p99 at every --concurrency, streams/s of the 20-chunk SSE body, CP
 Prints a markdown table on stdout (progress goes to stderr); --json-out writes every figure.
 
     python bench/overhead.py                                   # nginx, bare forwarder, gateway (bench policy)
-    python bench/overhead.py --compare base=a.yaml redis=b.yaml,SWITCHYARD_REDIS_URL='${REDIS_URL}' --redis
+    python bench/overhead.py --compare base=a.yaml redis=b.yaml,SORTYARD_REDIS_URL='${REDIS_URL}' --redis
     python bench/overhead.py --no-gateway --duration 1 --concurrency 1,16
     python bench/overhead.py --json-body long --accept-encoding gzip --no-standin \
         --compare off=bench/harness/policy.yaml.tmpl on=bench/harness/policy-compression.yaml.tmpl
@@ -267,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
             "accept_encoding": args.accept_encoding,
             "num_cpus": os.cpu_count(),
             "loadavg_before": loadavg_before,
-            "switchyard_env": {k: v for k, v in os.environ.items() if k.startswith("SWITCHYARD_")},
+            "sortyard_env": {k: v for k, v in os.environ.items() if k.startswith("SORTYARD_")},
             "loadavg_after": os.getloadavg(),
             "python": platform.python_version(),
             "wrk": wrk_version(wrk),

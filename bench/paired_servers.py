@@ -13,8 +13,8 @@ threads about 1,300 times a second, each wakeup able to stall one of the busy se
 workers at a barrier, which cost the busy server about 9% on two cores. The idle side's CPU seconds
 are still counted, and must stay near zero.
 
-``bench/engine_throughput.py --rounds N`` drives this for Switchyard against vLLM's CPU build, or
-against itself with a different environment (``--baseline switchyard --baseline-env K=V``).
+``bench/engine_throughput.py --rounds N`` drives this for Sortyard against vLLM's CPU build, or
+against itself with a different environment (``--baseline sortyard --baseline-env K=V``).
 """
 
 from __future__ import annotations

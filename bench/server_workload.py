@@ -1,7 +1,7 @@
 """The engine workload driven through any OpenAI-compatible server's ``POST /v1/completions``.
 
 Every request is submitted at once as a token-id prompt (``"prompt": [ids]``), greedy, with
-``ignore_eos`` (a vLLM extension Switchyard's server also takes) so each output length is exact, and
+``ignore_eos`` (a vLLM extension Sortyard's server also takes) so each output length is exact, and
 streamed, so the first token and the last are timed per request. ``stream_options.include_usage``
 asks for the server's own count of output tokens, which must equal ``max_tokens``.
 

@@ -60,7 +60,7 @@ def main() -> int:
             redis.start()
             stack.callback(redis.stop)
             values["REDIS_URL"] = redis.url
-            env["SWITCHYARD_REDIS_URL"] = redis.url
+            env["SORTYARD_REDIS_URL"] = redis.url
         target = start_gateway(
             GatewayConfig("gateway", Path(args.policy), env),
             values,

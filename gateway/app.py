@@ -43,7 +43,7 @@ from gateway.stores import Store, StoreUnavailable
 from gateway.telemetry.metrics import Metrics
 from gateway.websocket import WebSocketEndpoint
 
-logger = logging.getLogger("switchyard.gateway")
+logger = logging.getLogger("sortyard.gateway")
 # uvicorn has let open connections finish before shutdown starts: what is left is their settling
 _SHUTDOWN_SETTLE_S = 5.0
 

@@ -30,7 +30,7 @@ __all__ = ["CompiledPolicy", "compile_policy", "model_card"]
 
 def model_card(name: str) -> dict[str, Any]:
     """One entry of ``GET /v1/models``."""
-    return {"id": name, "object": "model", "created": 0, "owned_by": "switchyard"}
+    return {"id": name, "object": "model", "created": 0, "owned_by": "sortyard"}
 
 
 def _models_body(names: list[str]) -> bytes:
@@ -68,7 +68,7 @@ class CompiledPolicy:
 
 def compile_policy(policy: Policy, environ: Mapping[str, str] | None = None) -> CompiledPolicy:
     """Compile a validated policy; PolicyError when a part cannot be built (a classifier file, a bad
-    ``SWITCHYARD_*`` override)."""
+    ``SORTYARD_*`` override)."""
     try:
         classifier = (
             build_classifier(policy.classifier, pools=list(policy.pools))

@@ -9,7 +9,6 @@ state written out by hand (``_ONE_KIND``). The other routes are described in ``_
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import msgspec
@@ -22,6 +21,7 @@ from gateway.errors import ErrorEnvelope
 from gateway.keys.records import AuditEntry, KeyChanges, KeySpec, KeyView, RotateSpec
 from gateway.responses import RESPONSES_EVENT, ResponseObject
 from gateway.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, ResponsesRequest
+from gateway.version import installed_version
 
 OPENAPI_PATH = "/openapi.json"
 _REF = "#/components/schemas/{name}"
@@ -386,13 +386,6 @@ _ROUTES: dict[str, dict[str, Any]] = {
 }
 
 
-def _version() -> str:
-    try:
-        return version("switchyard")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "0.0.0"
-
-
 def build_document() -> dict[str, Any]:
     """The OpenAPI 3.1 document of every route the gateway serves."""
     _, schemas = msgspec.json.schema_components(_STRUCTS, ref_template=_REF)
@@ -402,8 +395,8 @@ def build_document() -> dict[str, Any]:
     document = {
         "openapi": "3.1.0",
         "info": {
-            "title": "Switchyard",
-            "version": _version(),
+            "title": "Sortyard",
+            "version": installed_version(),
             "description": "An OpenAI-compatible gateway. Errors come in OpenAI's shape: "
             '`{"error": {"message", "type", "param", "code"}}`.',
         },

@@ -29,7 +29,7 @@ from gateway.errors import ClientDisconnected, GatewayError
 from gateway.policy import ApiKey, Policy
 from gateway.replicas.state import ReplicaState
 
-logger = logging.getLogger("switchyard.pipeline")
+logger = logging.getLogger("sortyard.pipeline")
 
 
 class Endpoint(Enum):

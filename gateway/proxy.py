@@ -50,7 +50,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIHandler = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-logger = logging.getLogger("switchyard.proxy")
+logger = logging.getLogger("sortyard.proxy")
 
 ROUTES: dict[str, Endpoint] = {
     "/v1/chat/completions": Endpoint.CHAT,
@@ -185,7 +185,7 @@ def _header_list(request_id: str, call: Call | None, extra: Mapping[str, str]) -
     headers = [(b"x-request-id", request_id.encode())]
     if call is not None:
         if call.pool is not None:
-            headers.append((b"x-switchyard-pool", call.pool.encode()))
+            headers.append((b"x-sortyard-pool", call.pool.encode()))
         for name, value in call.response_headers.items():
             headers.append((name.lower().encode(), value.encode("latin-1")))
     for name, value in extra.items():

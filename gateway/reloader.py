@@ -19,7 +19,7 @@ from pathlib import Path
 from gateway.compiled import CompiledPolicy, compile_policy
 from gateway.policy import Policy, PolicyError, load_policy
 
-logger = logging.getLogger("switchyard.policy")
+logger = logging.getLogger("sortyard.policy")
 
 Listener = Callable[[CompiledPolicy], None]
 
@@ -40,7 +40,7 @@ class PolicyReloader:
         self.overlay = Path(overlay) if overlay else None
         self.poll_interval_s = poll_interval_s
         self.environ: Mapping[str, str] = dict(os.environ if environ is None else environ)
-        """The process environment the policy compiles against (its ``SWITCHYARD_*`` overrides)."""
+        """The process environment the policy compiles against (its ``SORTYARD_*`` overrides)."""
         self.compiled = compile_policy(policy or load_policy(self.path, self.overlay), self.environ)
         self.loaded_at = time.time()
         """Unix time the serving policy was adopted (the first load, or the last reload)."""

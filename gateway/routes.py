@@ -43,7 +43,7 @@ from gateway.stores import StoreUnavailable
 
 __all__ = ["api_routes", "http_exception", "open_route_limit", "unexpected"]
 
-logger = logging.getLogger("switchyard.gateway")
+logger = logging.getLogger("sortyard.gateway")
 _encode = msgspec.json.encode
 _MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 

@@ -1,34 +1,47 @@
-"""Process settings, read once from the environment (``SWITCHYARD_*``) and frozen."""
+"""Process settings, read once from the environment (``SORTYARD_*``) and frozen."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from importlib.resources import files
+
+LOCAL_POLICY = "policies/default.yaml"
+"""The policy a clone serves (``make run``): a link to the default policy the package carries."""
+
+
+def default_policy_path() -> str:
+    """``policies/default.yaml`` when the working directory has one (a clone), else the default policy
+    inside the installed package (``pip install sortyard``)."""
+    if os.path.exists(LOCAL_POLICY):
+        return LOCAL_POLICY
+    return str(files("gateway.policy") / "default.yaml")
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
     """How this gateway process runs; what it serves is the policy's business."""
 
-    policy_path: str = "policies/default.yaml"
+    policy_path: str = field(default_factory=default_policy_path)
     """The policy YAML file."""
     policy_overlay: str | None = None
-    """A git-ignored overlay merged on top (local keys); default: ``local.yaml`` beside the policy."""
+    """A git-ignored overlay merged on top (local keys); default: ``local.yaml`` beside the policy, or
+    ``.local/local.yaml`` when the policy is the one inside the installed package."""
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = 1
     """Worker processes (each with its own event loop)."""
     log_level: str = "info"
     access_log_file: str | None = None
-    """A file for the access log (one JSON line a request); None: standard output. ``switchyard run``
-    uses ``.local/access.log`` unless the user asked for the lines (``SWITCHYARD_ACCESS_LOG`` or the
+    """A file for the access log (one JSON line a request); None: standard output. ``sortyard run``
+    uses ``.local/access.log`` unless the user asked for the lines (``SORTYARD_ACCESS_LOG`` or the
     policy's ``telemetry.access_log``)."""
     reload_interval_s: float = 1.0
     """How often the policy files are checked for changes."""
     keys_file: str | None = None
     """Where keys made through the admin API are kept when no Redis is configured (this host's
-    workers share the file; ``switchyard run`` uses ``.switchyard/keys.json``); None: memory only.
+    workers share the file; ``sortyard run`` uses ``.sortyard/keys.json``); None: memory only.
     With Redis (the policy's ``store``) they live there, shared by every replica."""
     keys_refresh_s: float = 0.5
     """How often each process checks the key store for changes: a key made, changed or revoked on
@@ -54,6 +67,10 @@ class Settings:
     def overlay_path(self) -> str:
         if self.policy_overlay is not None:
             return self.policy_overlay
+        if os.path.abspath(self.policy_path) == os.path.abspath(
+            str(files("gateway.policy") / "default.yaml")
+        ):
+            return ".local/local.yaml"  # never beside the package's own file
         return os.path.join(os.path.dirname(self.policy_path) or ".", "local.yaml")
 
     @classmethod
@@ -77,7 +94,7 @@ class Settings:
             ("drain_delay_s", float),
             ("drain_timeout_s", float),
         ):
-            raw = env.get(f"SWITCHYARD_{name.upper()}")
+            raw = env.get(f"SORTYARD_{name.upper()}")
             if raw is not None:
                 values[name] = field_type(raw)
         values.update({k: v for k, v in overrides.items() if v is not None})

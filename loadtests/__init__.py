@@ -1,1 +1,1 @@
-"""Locust load tests for Switchyard (see the README)."""
+"""Locust load tests for Sortyard (see the README)."""

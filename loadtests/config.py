@@ -1,4 +1,4 @@
-"""What the Locust users send and with which keys, read once from ``SWITCHYARD_LOADTEST_*``.
+"""What the Locust users send and with which keys, read once from ``SORTYARD_LOADTEST_*``.
 
 Pure (no Locust import). ``run.py`` sets these variables for the Locust process it starts.
 """
@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-ENV_PREFIX = "SWITCHYARD_LOADTEST_"
+ENV_PREFIX = "SORTYARD_LOADTEST_"
 USER_CLASSES = (
     "ChatUser",
     "StreamingUser",
@@ -32,12 +32,12 @@ REQUEST_NAMES = {
 
 @dataclass(frozen=True, slots=True)
 class LoadTestConfig:
-    """The load test's settings (each field is ``SWITCHYARD_LOADTEST_<FIELD>`` in upper case)."""
+    """The load test's settings (each field is ``SORTYARD_LOADTEST_<FIELD>`` in upper case)."""
 
     key: str = "sk-anything"
-    """API key every user but the over-limit one sends (``SWITCHYARD_LOADTEST_KEY``)."""
+    """API key every user but the over-limit one sends (``SORTYARD_LOADTEST_KEY``)."""
     limited_key: str | None = None
-    """A key with a tiny limit (``SWITCHYARD_LOADTEST_LIMITED_KEY``); unset: no over-limit user."""
+    """A key with a tiny limit (``SORTYARD_LOADTEST_LIMITED_KEY``); unset: no over-limit user."""
     model: str = "gpt-4o-mini"
     """Model name of the fixed-tier users."""
     auto_model: str = "auto"
@@ -49,7 +49,7 @@ class LoadTestConfig:
     shape: str = "steady"
     """steady, ramp or burst (see shapes.py)."""
     no_wait: bool = False
-    """Users send their next request at once, no think time (``SWITCHYARD_LOADTEST_NO_WAIT=1``): to
+    """Users send their next request at once, no think time (``SORTYARD_LOADTEST_NO_WAIT=1``): to
     find the most requests a second a Locust process (or the gateway) manages."""
 
     @classmethod

@@ -1,8 +1,8 @@
-"""Switchyard's load test: ``locust -f loadtests/locustfile.py`` (``make loadtest`` drives it via run.py).
+"""Sortyard's load test: ``locust -f loadtests/locustfile.py`` (``make loadtest`` drives it via run.py).
 
 User classes live in ``users.py``; the load shape (steady, ramp or burst) is chosen by
-``SWITCHYARD_LOADTEST_SHAPE`` and reads Locust's ``--users`` and ``--run-time``. The over-limit user
-exists only when ``SWITCHYARD_LOADTEST_LIMITED_KEY`` is set. Distributed (``--processes``, ``--master``
+``SORTYARD_LOADTEST_SHAPE`` and reads Locust's ``--users`` and ``--run-time``. The over-limit user
+exists only when ``SORTYARD_LOADTEST_LIMITED_KEY`` is set. Distributed (``--processes``, ``--master``
 / ``--worker``): every worker reports its rows to the master, and its request count (``workers.py``).
 """
 
@@ -31,7 +31,7 @@ from loadtests.users import (
 
 _config = LoadTestConfig.from_env()
 if _config.shape not in SHAPES:
-    raise SystemExit(f"SWITCHYARD_LOADTEST_SHAPE: expected one of {', '.join(SHAPES)}, got {_config.shape!r}")
+    raise SystemExit(f"SORTYARD_LOADTEST_SHAPE: expected one of {', '.join(SHAPES)}, got {_config.shape!r}")
 Shape = SHAPES[_config.shape]  # Locust runs the one shape class bound in this module
 
 if _config.limited_key:

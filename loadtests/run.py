@@ -1,6 +1,6 @@
 """``make loadtest``: run the Locust load test headless and write CSV and HTML reports.
 
-    python loadtests/run.py                                   # starts `switchyard run`, 60 s steady, stops it
+    python loadtests/run.py                                   # starts `sortyard run`, 60 s steady, stops it
     python loadtests/run.py --host http://127.0.0.1:8000 --key sk-...     # against a running gateway
     python loadtests/run.py --shape burst --duration 3m --users 16
     python loadtests/run.py --classes ChatUser StreamingUser -- --loglevel DEBUG   # after --: to locust
@@ -9,7 +9,7 @@
     python loadtests/run.py --worker --master-host 10.0.0.5 --key K              # ... and on each other
 
 Without ``--host`` it uses a gateway already answering on 127.0.0.1:<port> (``make run`` in another
-shell; key from ``.local/dev-key``), else starts ``switchyard run`` itself with a temporary overlay
+shell; key from ``.local/dev-key``), else starts ``sortyard run`` itself with a temporary overlay
 that adds a key limited to a few requests a minute (for the over-limit user), reads the key from the
 ``export OPENAI_API_KEY=`` line it prints, and stops it afterwards. Reports:
 ``loadtests/results/<name>_stats.csv`` (+ ``_failures``, ``_exceptions``, ``_stats_history``) and
@@ -64,7 +64,7 @@ def _answers(url: str, timeout_s: float = 1.0) -> bool:
 
 
 def parse_exports(lines: Sequence[str]) -> dict[str, str]:
-    """``export NAME=value`` lines (what ``switchyard run`` prints when ready) as a dict."""
+    """``export NAME=value`` lines (what ``sortyard run`` prints when ready) as a dict."""
     exports = {}
     for line in lines:
         if line.startswith("export "):
@@ -93,7 +93,7 @@ def probe_model(host: str, key: str, model: str, timeout_s: float = 120.0) -> st
 
 
 class LocalGateway:
-    """``switchyard run`` as a subprocess: started, waited for, and stopped by this script."""
+    """``sortyard run`` as a subprocess: started, waited for, and stopped by this script."""
 
     def __init__(
         self, port: int, policy: str | None, limited_key: str, log_path: Path, *, start_engine: bool = True
@@ -106,7 +106,7 @@ class LocalGateway:
         self.proc: subprocess.Popen[str] | None = None
         self.exports: dict[str, str] = {}
         self._ready = threading.Event()
-        self._tmp = tempfile.TemporaryDirectory(prefix="switchyard-loadtest-")
+        self._tmp = tempfile.TemporaryDirectory(prefix="sortyard-loadtest-")
 
     def _overlay(self) -> Path:
         """The usual overlay plus one key with a tiny requests-per-minute limit."""
@@ -160,7 +160,7 @@ class LocalGateway:
             self.stop()
             tail = self.log_path.read_text(errors="replace").splitlines()[-20:]
             raise RuntimeError(
-                f"`switchyard run` did not print its export lines; {self.log_path} ends:\n" + "\n".join(tail)
+                f"`sortyard run` did not print its export lines; {self.log_path} ends:\n" + "\n".join(tail)
             )
         return self.exports
 
@@ -180,7 +180,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="loadtests/run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--host", help="gateway URL (with or without /v1); default: start one")
-    parser.add_argument("--key", help="API key (default: $SWITCHYARD_LOADTEST_KEY, or the started gateway's)")
+    parser.add_argument("--key", help="API key (default: $SORTYARD_LOADTEST_KEY, or the started gateway's)")
     parser.add_argument("--limited-key", help="a key with a tiny limit, for OverLimitUser")
     parser.add_argument("--duration", default="60s", help="Locust --run-time (30s, 5m, 1h30m)")
     parser.add_argument("--users", type=int, default=8, help="peak concurrent users")
@@ -264,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             host, key = exports["OPENAI_BASE_URL"], exports["OPENAI_API_KEY"]
         host = _root_url(host)
         if not key:
-            print("error: no API key: pass --key or set SWITCHYARD_LOADTEST_KEY", file=sys.stderr)
+            print("error: no API key: pass --key or set SORTYARD_LOADTEST_KEY", file=sys.stderr)
             return 2
         if "OverLimitUser" in classes and not limited_key:
             classes.remove("OverLimitUser")
@@ -309,7 +309,7 @@ def run_worker(args: argparse.Namespace) -> int:
     """``--worker``: Locust as a worker of the master at ``--master-host`` (it sends the users to run)."""
     key = args.key or os.environ.get(ENV_PREFIX + "KEY")
     if not key:
-        print("error: no API key: pass --key or set SWITCHYARD_LOADTEST_KEY", file=sys.stderr)
+        print("error: no API key: pass --key or set SORTYARD_LOADTEST_KEY", file=sys.stderr)
         return 2
     limited_key = args.limited_key or os.environ.get(ENV_PREFIX + "LIMITED_KEY")
     command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker"]
@@ -346,7 +346,7 @@ def run_locust(
             rc = 1  # Locust settles its exit code before the last in-flight requests end
         print(f"\nreports: {stats} and {prefix}.html")
         print(
-            f"cost: switchyard cost estimate --from-result {stats} --requests-per-month N "
+            f"cost: sortyard cost estimate --from-result {stats} --requests-per-month N "
             "--tokens-per-request T --gpu-hour-usd P"
         )
     return rc

@@ -2,7 +2,7 @@
 
 Each reads Locust's own ``--users``, ``--spawn-rate`` and ``--run-time`` (``use_common_options``),
 so one command line drives any shape. ``locustfile.py`` exposes exactly one of them, picked by
-``SWITCHYARD_LOADTEST_SHAPE``.
+``SORTYARD_LOADTEST_SHAPE``.
 """
 
 from __future__ import annotations

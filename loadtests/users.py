@@ -10,7 +10,7 @@
 | ``OverLimitUser`` | ``over-limit``, ``over-limit 429`` | a key with a tiny limit: its 429s are expected |
 
 Every generated response also records ``TOKENS/output`` with the output tokens as its content size
-(cache hits excluded: they cost no GPU time), which ``switchyard cost estimate --from-result`` reads.
+(cache hits excluded: they cost no GPU time), which ``sortyard cost estimate --from-result`` reads.
 Custom rows put a measured value in Locust's response-time columns: ``SSE/tokens_per_s`` holds
 tokens per second there, the others milliseconds.
 """
@@ -101,7 +101,7 @@ class GatewayUser(FastHttpUser):
                 resp.failure(f"not a chat completion: {resp.content[:200]!r}")
                 return None
             headers_out = {k.lower(): v for k, v in (resp.headers or {}).items()}
-            if headers_out.get("x-switchyard-cache") != "hit":  # a hit cost no GPU time
+            if headers_out.get("x-sortyard-cache") != "hit":  # a hit cost no GPU time
                 usage = answer.get("usage") or {}
                 elapsed_ms = (time.perf_counter() - started_s) * 1000
                 num_tokens = int(usage.get("completion_tokens") or 0)
@@ -152,9 +152,9 @@ class CacheHeavyUser(GatewayUser):
         }
         started_s = time.perf_counter()
         headers = self.chat("cached", body)
-        if headers is not None and "x-switchyard-cache" in headers:
+        if headers is not None and "x-sortyard-cache" in headers:
             elapsed_ms = (time.perf_counter() - started_s) * 1000
-            record(self.environment, "CACHE", headers["x-switchyard-cache"], elapsed_ms)
+            record(self.environment, "CACHE", headers["x-sortyard-cache"], elapsed_ms)
 
 
 class AutoTierUser(GatewayUser):
@@ -165,9 +165,9 @@ class AutoTierUser(GatewayUser):
         _tier, messages = prompts.tiered_messages(self.rng)
         started_s = time.perf_counter()
         headers = self.chat("auto", {"model": self.config.auto_model, "messages": messages})
-        if headers is not None and "x-switchyard-pool" in headers:
+        if headers is not None and "x-sortyard-pool" in headers:
             elapsed_ms = (time.perf_counter() - started_s) * 1000
-            record(self.environment, "ROUTE", headers["x-switchyard-pool"], elapsed_ms)
+            record(self.environment, "ROUTE", headers["x-sortyard-pool"], elapsed_ms)
 
 
 class OverLimitUser(GatewayUser):
@@ -238,5 +238,5 @@ class StreamingUser(HttpUser):
             record(self.environment, "SSE", "ttft", meter.ttft_ms)
         if meter.tokens_per_s is not None:
             record(self.environment, "SSE", "tokens_per_s", meter.tokens_per_s)
-        if resp.headers.get("x-switchyard-cache") != "hit":
+        if resp.headers.get("x-sortyard-cache") != "hit":
             record(self.environment, "TOKENS", "output", elapsed_ms, meter.num_output_tokens)

@@ -18,7 +18,7 @@ from locust.env import Environment
 from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 
-MESSAGE = "switchyard_worker_requests"
+MESSAGE = "sortyard_worker_requests"
 HTTP_TYPES = frozenset({"GET", "POST"})
 """The request types ``report.summary`` counts as requests (the other rows are measurements)."""
 

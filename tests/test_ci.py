@@ -53,16 +53,16 @@ def test_setuptools_reads_the_project_without_a_warning(monkeypatch: pytest.Monk
         dist = apply_configuration(Distribution(), ROOT / "pyproject.toml")
     messages = [f"{w.category.__name__}: {w.message}" for w in caught]
     assert not [m for m in messages if "setuptools" in m.lower() or "license" in m.lower()], messages
-    assert dist.metadata.name == "switchyard"
+    assert dist.metadata.name == "sortyard"
 
 
 def test_ci_installs_chromium_and_requires_the_browser_test() -> None:
     """The console's browser test skips where Chromium is missing; CI installs it first and, with
-    ``SWITCHYARD_REQUIRE_BROWSER``, fails rather than skips when it could not."""
+    ``SORTYARD_REQUIRE_BROWSER``, fails rather than skips when it could not."""
     commands = _commands()
-    assert "make browser" in commands and "export SWITCHYARD_REQUIRE_BROWSER=1" in commands
+    assert "make browser" in commands and "export SORTYARD_REQUIRE_BROWSER=1" in commands
     assert commands.index("make browser") < commands.index("make test")
-    assert commands.index("export SWITCHYARD_REQUIRE_BROWSER=1") < commands.index("make test")
+    assert commands.index("export SORTYARD_REQUIRE_BROWSER=1") < commands.index("make test")
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     recipe = makefile.partition("\nbrowser:\n")[2].partition("\n\n")[0]
     assert "timeout 300" in recipe and "apt-get update" in recipe and "install -y" in recipe

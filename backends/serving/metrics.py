@@ -5,8 +5,8 @@ speculative drafts and acceptances) are
 read from ``EngineStats`` at scrape time; latency histograms are observed by the server per request.
 Every metric carries the ``model_name`` label. One registry per app: no module globals.
 
-Beyond vLLM's names: ``switchyard_engine_batch_size`` (sequences in the running batch) and
-``switchyard_engine_generation_tokens_per_second`` (generated tokens per second over the last
+Beyond vLLM's names: ``sortyard_engine_batch_size`` (sequences in the running batch) and
+``sortyard_engine_generation_tokens_per_second`` (generated tokens per second over the last
 ``RATE_WINDOW_S`` of scrapes; ``rate(vllm:generation_tokens_total[1m])`` says the same in PromQL).
 """
 
@@ -146,7 +146,7 @@ class _EngineStatsCollector(Collector):
             ("vllm:num_requests_running", "Requests in the running batch.", "num_running"),
             ("vllm:num_requests_waiting", "Requests waiting to be scheduled.", "num_waiting"),
             ("vllm:kv_cache_usage_perc", "Share of KV-cache blocks in use (1 = full).", "kv_cache_usage"),
-            ("switchyard_engine_batch_size", "Sequences in the running batch.", "num_running"),
+            ("sortyard_engine_batch_size", "Sequences in the running batch.", "num_running"),
         )
         for name, doc, attr in gauges:
             yield family(GaugeMetricFamily, name, doc, attr)
@@ -180,7 +180,7 @@ class _EngineStatsCollector(Collector):
                 per_pos.add_metric([model_name, str(position)], float(count))
         yield per_pos
         rate = GaugeMetricFamily(
-            "switchyard_engine_generation_tokens_per_second",
+            "sortyard_engine_generation_tokens_per_second",
             f"Generated tokens per second since the oldest scrape in the last {RATE_WINDOW_S:.0f} s.",
             labels=["model_name"],
         )

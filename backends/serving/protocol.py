@@ -214,7 +214,7 @@ class ModelCard(msgspec.Struct, kw_only=True):
     id: str
     object: str = "model"
     created: int
-    owned_by: str = "switchyard"
+    owned_by: str = "sortyard"
     root: str | UnsetType = UNSET
     """The served model an alias shares its weights with (its own name when it is no alias)."""
     max_model_len: int | UnsetType = UNSET

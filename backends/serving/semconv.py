@@ -2,13 +2,13 @@
 
 The GenAI names follow the OpenTelemetry GenAI semantic conventions (``gen_ai.*``, still marked
 "development" upstream), the others the HTTP and error conventions; names of our own live under
-``switchyard.*``. They are the strings the gateway writes on its spans too, so one trace reads the same
+``sortyard.*``. They are the strings the gateway writes on its spans too, so one trace reads the same
 in both processes.
 """
 
 from __future__ import annotations
 
-TRACER_NAME = "switchyard"
+TRACER_NAME = "sortyard"
 """The instrumentation scope of every span."""
 
 
@@ -54,8 +54,8 @@ HTTP_ROUTE = "http.route"
 HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"
 ERROR_TYPE = "error.type"
 
-# --- Switchyard's own -----------------------------------------------------------------------------
-IS_STREAM = "switchyard.request.stream"
-ENGINE_TIMING = "switchyard.engine.timing"
+# --- Sortyard's own -----------------------------------------------------------------------------
+IS_STREAM = "sortyard.request.stream"
+ENGINE_TIMING = "sortyard.engine.timing"
 """``engine`` when the engine reported its schedule time, ``derived`` when the server inferred it."""
-ENGINE_NUM_CACHED_TOKENS = "switchyard.engine.num_cached_tokens"
+ENGINE_NUM_CACHED_TOKENS = "sortyard.engine.num_cached_tokens"

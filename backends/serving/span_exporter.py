@@ -2,7 +2,7 @@
 the same ones): ``OTEL_TRACES_EXPORTER`` = ``otlp`` | ``console`` | ``none`` (the default: tracing off),
 ``OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL`` = ``http/protobuf`` (default) | ``grpc`` (when its exporter
 package is installed), ``OTEL_EXPORTER_OTLP[_TRACES]_ENDPOINT`` / ``_HEADERS`` / ``_TIMEOUT`` (read by the
-exporter itself), ``OTEL_SDK_DISABLED``. For tests only, ``SWITCHYARD_TEST_SPAN_FILE=/path`` writes every
+exporter itself), ``OTEL_SDK_DISABLED``. For tests only, ``SORTYARD_TEST_SPAN_FILE=/path`` writes every
 finished span as one JSON line to that file.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter, SpanExportResult
 
-logger = logging.getLogger("switchyard.tracing")
+logger = logging.getLogger("sortyard.tracing")
 
 
 class JsonLinesSpanExporter(SpanExporter):
@@ -60,7 +60,7 @@ def exporter_from_env(environ: Mapping[str, str] | None = None) -> tuple[SpanExp
     """The span exporter the ``OTEL_*`` variables ask for (None: tracing off) and whether to export
     each span at once (the test file exporter) rather than in batches."""
     env = os.environ if environ is None else environ
-    test_file = env.get("SWITCHYARD_TEST_SPAN_FILE")
+    test_file = env.get("SORTYARD_TEST_SPAN_FILE")
     if test_file:
         return JsonLinesSpanExporter(test_file), True
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":

@@ -5,7 +5,7 @@ The exporter is configured like the gateway's, by the ``OTEL_*`` environment var
 default; see ``backends.serving.span_exporter``), plus ``OTEL_SERVICE_NAME`` and
 ``OTEL_RESOURCE_ATTRIBUTES`` for the resource and ``OTEL_BSP_*`` for the batch processor; span and
 attribute names come from ``backends.serving.semconv``. A request is traced when its ``traceparent``
-says sampled, or, without one, with the ratio in ``SWITCHYARD_TRACE_SAMPLING_RATIO`` (default 0.01),
+says sampled, or, without one, with the ratio in ``SORTYARD_TRACE_SAMPLING_RATIO`` (default 0.01),
 applied as ``ParentBased(TraceIdRatioBased(ratio))``. The decision for a new trace is made before any
 SDK object exists (a random trace id tested with TraceIdRatioBased's own rule, then handed to the SDK,
 whose sampler agrees), so a request that is not traced costs a random number and a compare.
@@ -15,7 +15,7 @@ the engine works): queue wait from submission to the scheduler's first pick
 (``RequestOutput.metrics.first_scheduled_s``), prefill from there to the first token, decode from the
 first token to the last. An engine whose outputs lack that time (another implementation behind the
 same server) gets a zero queue wait with prefill covering it, marked
-``switchyard.engine.timing = derived``.
+``sortyard.engine.timing = derived``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from backends.serving import semconv as sc
 from backends.serving.span_exporter import exporter_from_env
 
 DEFAULT_RATIO = 0.01
-SERVICE_NAME = "switchyard-engine"
+SERVICE_NAME = "sortyard-engine"
 _LOW_64 = (1 << 64) - 1
 
 
@@ -79,7 +79,7 @@ class EngineTracer:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineTracer:
         env = os.environ if environ is None else environ
-        ratio = float(env.get("SWITCHYARD_TRACE_SAMPLING_RATIO") or DEFAULT_RATIO)
+        ratio = float(env.get("SORTYARD_TRACE_SAMPLING_RATIO") or DEFAULT_RATIO)
         exporter, export_each = exporter_from_env(env)
         return cls(exporter, ratio=ratio, export_each=export_each)
 

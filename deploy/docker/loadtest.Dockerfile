@@ -1,9 +1,9 @@
 # syntax=docker/dockerfile:1
-# Switchyard load tests: Locust with loadtests/ at /app, for the compose file's and the Kubernetes
+# Sortyard load tests: Locust with loadtests/ at /app, for the compose file's and the Kubernetes
 # manifests' master and workers (docs/loadtests.md, docs/deployment.md).
 #
-#   docker build -f deploy/docker/loadtest.Dockerfile -t switchyard/loadtest:0.1.0 .
-#   docker run --init switchyard/loadtest:0.1.0 -f loadtests/locustfile.py --headless --host http://gw:8000 ...
+#   docker build -f deploy/docker/loadtest.Dockerfile -t sortyard/loadtest:0.1.0 .
+#   docker run --init sortyard/loadtest:0.1.0 -f loadtests/locustfile.py --headless --host http://gw:8000 ...
 #
 # loadtests/ needs Locust and the standard library only (no gateway, no torch).
 ARG BASE_IMAGE=python:3.11.13-slim-bookworm

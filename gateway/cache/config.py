@@ -61,7 +61,7 @@ class AffinityConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     most of affinity's hits."""
     salt_requests: bool = True
     """Add a per-tenant ``cache_salt`` to requests, so an engine's prefix cache never crosses tenants."""
-    salt_secret_env: str | None = "SWITCHYARD_CACHE_SALT_SECRET"
+    salt_secret_env: str | None = "SORTYARD_CACHE_SALT_SECRET"
     """Environment variable holding the HMAC secret of the salts; it must be the same on every gateway
     replica (else the replicas' salts differ and the engines' prefix caches stop matching)."""
 

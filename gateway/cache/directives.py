@@ -3,14 +3,14 @@
 - ``no-cache``: do not answer from the cache (the fresh response may still be stored);
 - ``no-store``: neither answer from nor store into the cache.
 
-Either way the response says ``x-switchyard-cache: bypass``; otherwise ``hit`` or ``miss``.
+Either way the response says ``x-sortyard-cache: bypass``; otherwise ``hit`` or ``miss``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-CACHE_HEADER = "x-switchyard-cache"
+CACHE_HEADER = "x-sortyard-cache"
 """The response header that tells the client what the cache did."""
 HIT, MISS, BYPASS = "hit", "miss", "bypass"
 

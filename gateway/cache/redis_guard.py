@@ -22,7 +22,7 @@ T = TypeVar("T")
 EventHook = Callable[..., None]
 """``on_event(name: str, n: int = 1)``: the metric hook of every cache (names in the README, Caches)."""
 
-logger = logging.getLogger("switchyard.cache")
+logger = logging.getLogger("sortyard.cache")
 
 
 def no_events(name: str, n: int = 1) -> None:

@@ -1,4 +1,4 @@
-"""``switchyard cost estimate``: the serving playbook's monthly GPU cost, from measured throughput.
+"""``sortyard cost estimate``: the serving playbook's monthly GPU cost, from measured throughput.
 
     monthly cost = requests per month x tokens per request x GPU-seconds per token x $ per GPU-hour / 3600
 
@@ -197,7 +197,7 @@ def _positive(text: str) -> float:
 
 
 def add_estimate_arguments(estimate: argparse.ArgumentParser) -> None:
-    """The arguments of ``switchyard cost estimate`` (the CLI's tree holds the parser)."""
+    """The arguments of ``sortyard cost estimate`` (the CLI's tree holds the parser)."""
     requests = estimate.add_mutually_exclusive_group(required=True)
     requests.add_argument("--requests-per-month", type=_positive, metavar="N", help="requests a month")
     requests.add_argument(
@@ -227,7 +227,7 @@ def add_estimate_arguments(estimate: argparse.ArgumentParser) -> None:
 def render(
     estimate: CostEstimate, throughput: Throughput | None, *, num_requests_per_day: float | None = None
 ) -> str:
-    """The lines ``switchyard cost estimate`` prints."""
+    """The lines ``sortyard cost estimate`` prints."""
     lines = [
         f"monthly cost: ${estimate.monthly_usd:,.2f}",
         f"  = {estimate.num_requests_per_month:,.0f} requests x {estimate.num_tokens_per_request:,.0f} tokens"
@@ -249,7 +249,7 @@ def render(
 
 
 def estimate_main(args: argparse.Namespace) -> int:
-    """``switchyard cost estimate``, its arguments parsed (see :func:`add_estimate_arguments`)."""
+    """``sortyard cost estimate``, its arguments parsed (see :func:`add_estimate_arguments`)."""
     throughput: Throughput | None = None
     if args.from_result is not None:
         try:

@@ -1,4 +1,4 @@
-"""``switchyard route explain "prompt" [--policy FILE]``: which pool a prompt goes to, and why."""
+"""``sortyard route explain "prompt" [--policy FILE]``: which pool a prompt goes to, and why."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def load_classifier_config(path: Path) -> ClassifierConfig:
 
 
 def explain_main(argv: list[str]) -> int:
-    """Entry point of ``switchyard route explain``; returns the exit status."""
-    p = argparse.ArgumentParser(prog="switchyard route explain", description=__doc__)
+    """Entry point of ``sortyard route explain``; returns the exit status."""
+    p = argparse.ArgumentParser(prog="sortyard route explain", description=__doc__)
     p.add_argument("prompt", help="the user message to classify ('-' reads stdin)")
     p.add_argument("--policy", type=Path, help="policy YAML (default: the shipped learned model)")
     p.add_argument("--system", default=None, help="a system prompt to put before the message")

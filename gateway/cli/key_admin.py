@@ -1,7 +1,7 @@
-"""``switchyard keys create|list|show|update|rotate|revoke|audit``: the key admin API from a shell.
+"""``sortyard keys create|list|show|update|rotate|revoke|audit``: the key admin API from a shell.
 
-Each command calls a running gateway (``--url``, default ``$SWITCHYARD_URL`` or
-``http://127.0.0.1:8000``) with an admin key (``--admin-key``, default ``$SWITCHYARD_ADMIN_KEY``) and
+Each command calls a running gateway (``--url``, default ``$SORTYARD_URL`` or
+``http://127.0.0.1:8000``) with an admin key (``--admin-key``, default ``$SORTYARD_ADMIN_KEY``) and
 prints the answer as JSON; a refusal prints the gateway's error message and exits 1.
 """
 
@@ -45,7 +45,7 @@ def _scope(args: argparse.Namespace) -> dict[str, Any]:
 
 def _call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> int:
     if not args.admin_key:
-        print("an admin key is needed: --admin-key or $SWITCHYARD_ADMIN_KEY", file=sys.stderr)
+        print("an admin key is needed: --admin-key or $SORTYARD_ADMIN_KEY", file=sys.stderr)
         return 2
     try:
         response = httpx.request(
@@ -82,8 +82,8 @@ def _create(args: argparse.Namespace) -> int:
 def add_key_admin_commands(keys: Any) -> None:
     """Add the admin API's commands to the ``keys`` subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=os.environ.get("SWITCHYARD_URL", "http://127.0.0.1:8000"))
-    common.add_argument("--admin-key", default=os.environ.get("SWITCHYARD_ADMIN_KEY"))
+    common.add_argument("--url", default=os.environ.get("SORTYARD_URL", "http://127.0.0.1:8000"))
+    common.add_argument("--admin-key", default=os.environ.get("SORTYARD_ADMIN_KEY"))
     scope = argparse.ArgumentParser(add_help=False)
     scope.add_argument("--pools", help="comma-separated pools the key may use (empty: all)")
     scope.add_argument("--models", help="comma-separated model names the key may use besides")

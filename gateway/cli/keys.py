@@ -1,4 +1,4 @@
-"""``switchyard keys new``: a fresh API key, shown once, and the policy stanza that holds only its hash."""
+"""``sortyard keys new``: a fresh API key, shown once, and the policy stanza that holds only its hash."""
 
 from __future__ import annotations
 

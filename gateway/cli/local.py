@@ -1,4 +1,4 @@
-"""``switchyard run`` (what ``make run`` does): the reference engine the policy points at, then the gateway,
+"""``sortyard run`` (what ``make run`` does): the reference engine the policy points at, then the gateway,
 with a development key and the access log in a file."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from gateway.settings import Settings
 DEV_ACCESS_LOG = ".local/access.log"
 DEV_KEYS_FILE = ".local/keys.json"
 """Keys made through the admin API during development runs: kept across restarts (git-ignored)."""
-"""Where ``switchyard run`` writes the access log unless the user asked for it on the terminal."""
+"""Where ``sortyard run`` writes the access log unless the user asked for it on the terminal."""
 ENGINE_LOG_LEVELS = ("debug", "info", "warning", "error")
 """The log levels ``backends.server`` takes."""
 DEFAULT_ENGINE_MODEL = "smollm2-135m"
@@ -74,13 +74,13 @@ def ensure_dev_key(overlay: str, key_file: str = ".local/dev-key") -> str:
 
 
 def dev_settings(settings: Settings) -> Settings:
-    """What ``switchyard run`` changes for a development run: keys made through the admin API are
-    kept in ``.local/keys.json`` (unless ``SWITCHYARD_KEYS_FILE`` says where), and the access log goes
+    """What ``sortyard run`` changes for a development run: keys made through the admin API are
+    kept in ``.local/keys.json`` (unless ``SORTYARD_KEYS_FILE`` says where), and the access log goes
     to a file, so the terminal keeps the banner, unless the user asked for it
-    (``SWITCHYARD_ACCESS_LOG`` or the policy's ``telemetry.access_log``)."""
+    (``SORTYARD_ACCESS_LOG`` or the policy's ``telemetry.access_log``)."""
     if settings.keys_file is None:
         settings = dataclasses.replace(settings, keys_file=DEV_KEYS_FILE)
-    if settings.access_log_file or os.environ.get("SWITCHYARD_ACCESS_LOG"):
+    if settings.access_log_file or os.environ.get("SORTYARD_ACCESS_LOG"):
         return settings
     for path in (settings.policy_path, settings.overlay_path):
         try:
@@ -96,7 +96,7 @@ def dev_settings(settings: Settings) -> Settings:
 def engine_command(
     settings: Settings, models: Sequence[str], host: str, port: int
 ) -> tuple[list[str], dict[str, str]]:
-    """The reference engine's command line and environment in ``switchyard run``: one process serving
+    """The reference engine's command line and environment in ``sortyard run``: one process serving
     every model."""
     command = [sys.executable, "-m", "backends.server", *(a for m in models for a in ("--model", m))]
     command += ["--host", host, "--port", str(port)]

@@ -1,15 +1,15 @@
-"""``switchyard``: serve the gateway, run it with a local engine, check policies, and more.
+"""``sortyard``: serve the gateway, run it with a local engine, check policies, and more.
 
-switchyard run    [--policy FILE] [--engine-model smollm2-135m]   (what ``make run`` does)
-switchyard serve  [--policy FILE] [--host H] [--port P] [--workers N]
-switchyard policy check FILE...
-switchyard keys new --tenant T [--name N] [--admin]
-switchyard keys create|list|show|update|rotate|revoke|audit --url URL --admin-key KEY ...
-switchyard route explain "prompt" [--policy FILE]
-switchyard router train data.jsonl -o router.bin
-switchyard cost estimate (--requests-per-month N | --requests-per-day N) --tokens-per-request N ...
+sortyard run    [--policy FILE] [--engine-model smollm2-135m]   (what ``make run`` does)
+sortyard serve  [--policy FILE] [--host H] [--port P] [--workers N]
+sortyard policy check FILE...
+sortyard keys new --tenant T [--name N] [--admin]
+sortyard keys create|list|show|update|rotate|revoke|audit --url URL --admin-key KEY ...
+sortyard route explain "prompt" [--policy FILE]
+sortyard router train data.jsonl -o router.bin
+sortyard cost estimate (--requests-per-month N | --requests-per-day N) --tokens-per-request N ...
 
-``switchyard COMMAND --help`` says more about each.
+``sortyard COMMAND --help`` says more about each; ``sortyard --version`` prints the version.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from gateway.cli.logs import configure_logging
 from gateway.cli.policy import policy_check
 from gateway.cli.serve import serve
 from gateway.settings import Settings
+from gateway.version import installed_version
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -75,12 +76,16 @@ def _forward(
 def _parser() -> argparse.ArgumentParser:
     """Every command in one tree; each leaf sets ``handler`` (its arguments parsed) or ``forward``."""
     parser = argparse.ArgumentParser(
-        prog="switchyard", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="sortyard", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"sortyard {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def server_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--policy", help="policy YAML (default: policies/default.yaml)")
+        p.add_argument(
+            "--policy",
+            help="policy YAML (default: policies/default.yaml if there is one here, else the package's)",
+        )
         p.add_argument("--overlay", help="overlay YAML merged on top (default: local.yaml beside it)")
         p.add_argument("--host")
         p.add_argument("--port", type=int)

@@ -1,4 +1,4 @@
-"""``switchyard policy check``: load policy files as the gateway would, without serving."""
+"""``sortyard policy check``: load policy files as the gateway would, without serving."""
 
 from __future__ import annotations
 

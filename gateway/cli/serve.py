@@ -1,4 +1,4 @@
-"""``switchyard serve``: the gateway under uvicorn, and the banner (the two ``export`` lines) printed once
+"""``sortyard serve``: the gateway under uvicorn, and the banner (the two ``export`` lines) printed once
 it answers.
 
 SIGTERM drains each serving process (the one process, or every worker: uvicorn's supervisor passes
@@ -62,10 +62,10 @@ def _banner(settings: Settings, api_key: str | None) -> str:
         f"export OPENAI_API_KEY={api_key}\n"
         if api_key is not None
         else "export OPENAI_API_KEY=...   # auth is on: one of the policy's keys "
-        "(`switchyard keys new --tenant NAME` makes one)\n"
+        "(`sortyard keys new --tenant NAME` makes one)\n"
     )
     return (
-        f"Switchyard is ready on {url}{access_log}. Paste into a shell:\n"
+        f"Sortyard is ready on {url}{access_log}. Paste into a shell:\n"
         f"export OPENAI_BASE_URL={url}/v1\n" + key_line
     )
 
@@ -165,7 +165,7 @@ def serve(settings: Settings, *, api_key: str | None = None) -> int:
         ("DRAIN_DELAY_S", str(settings.drain_delay_s)),
         ("DRAIN_TIMEOUT_S", str(settings.drain_timeout_s)),
     ):
-        os.environ[f"SWITCHYARD_{name}"] = value
+        os.environ[f"SORTYARD_{name}"] = value
     options: dict[str, Any] = dict(
         factory=True,
         host=settings.host,
@@ -191,7 +191,7 @@ def serve(settings: Settings, *, api_key: str | None = None) -> int:
         # before the workers import it
         from gateway.telemetry.metrics import prepare_multiprocess
 
-        prepare_multiprocess(tempfile.mkdtemp(prefix="switchyard-metrics-"))
+        prepare_multiprocess(tempfile.mkdtemp(prefix="sortyard-metrics-"))
         _announce_when_ready(settings, banner)
         uvicorn.run(_APP_FACTORY, workers=settings.workers, **options)  # SIGTERM reaches every worker
         return 0

@@ -1,4 +1,4 @@
-"""``switchyard router train data.jsonl -o router.bin``: train the learned tier classifier with torch.
+"""``sortyard router train data.jsonl -o router.bin``: train the learned tier classifier with torch.
 
 This is the only module of the gateway that imports torch, and only inside :func:`train_main`;
 the model it writes is read by :mod:`gateway.tiers.learned` with numpy alone.
@@ -102,7 +102,7 @@ def expected_calibration_error(probs: npt.NDArray, labels: npt.NDArray, num_bins
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="switchyard router train", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="sortyard router train", description=__doc__.split("\n")[0])
     p.add_argument("data", type=Path, help="JSONL of {prompt, tier[, group, weight]}")
     p.add_argument("-o", "--output", type=Path, required=True, help="model file to write (router.bin)")
     p.add_argument("--epochs", type=int, default=40)
@@ -133,7 +133,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def train_main(argv: list[str]) -> int:
-    """Entry point of ``switchyard router train``; returns the exit status."""
+    """Entry point of ``sortyard router train``; returns the exit status."""
     args = _parse_args(argv)
     try:
         return _train(args)

@@ -2,7 +2,7 @@
 
 - :func:`pools_view`: every pool and replica as the balancer sees it now: health, breaker state, in-flight
   requests, load, the latency of recent answers (``GET /v1/admin/pools``);
-- :func:`explain`: the serving policy's tier classifier on one prompt, as ``switchyard route explain``
+- :func:`explain`: the serving policy's tier classifier on one prompt, as ``sortyard route explain``
   prints it (``POST /v1/admin/route/explain``);
 - :func:`policy_view`: the serving policy as written, without key hashes or URL credentials, and when it
   was loaded (``GET /v1/admin/policy``).

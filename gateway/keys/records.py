@@ -132,7 +132,7 @@ class KeyView(msgspec.Struct, frozen=True):
     revision: int | None = None
     key: str | None = None
     """The secret itself: only in the answer that made it (create, rotate), never again."""
-    object: str = "switchyard.key"
+    object: str = "sortyard.key"
 
     @classmethod
     def of_record(cls, record: KeyRecord, now: float, key: str | None = None) -> KeyView:
@@ -182,4 +182,4 @@ class AuditEntry(msgspec.Struct, frozen=True):
     tenant: str
     changes: dict[str, Any] = msgspec.field(default_factory=dict)
     """For ``update``: the fields set; for ``rotate``: the old secret's grace in seconds."""
-    object: str = "switchyard.audit_entry"
+    object: str = "sortyard.audit_entry"

@@ -25,7 +25,7 @@ from gateway.policy import ApiKey
 
 __all__ = ["KeyRegistry"]
 
-log = logging.getLogger("switchyard.gateway.keys")
+log = logging.getLogger("sortyard.gateway.keys")
 
 
 class KeyRegistry:

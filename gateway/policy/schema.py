@@ -52,7 +52,7 @@ class ApiKey(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A client API key, by the SHA-256 of its text (never the key itself)."""
 
     sha256: Sha256Hex
-    """Lower-case hex SHA-256 of the key (``switchyard keys new`` prints it)."""
+    """Lower-case hex SHA-256 of the key (``sortyard keys new`` prints it)."""
     tenant: Name
     """Who the key belongs to; limits, budgets and cache scopes are per tenant."""
     name: Name | None = None
@@ -104,7 +104,7 @@ class Auth(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Where limits, leases and the usage ledger live. Read at start-up (a change needs a restart)."""
 
-    url_env: str | None = "SWITCHYARD_REDIS_URL"
+    url_env: str | None = "SORTYARD_REDIS_URL"
     """Environment variable holding a ``redis://`` URL; unset or empty: the in-process store."""
     on_failure: Literal["fail_open", "fail_closed"] = "fail_open"
     """When Redis fails: fall back to a local limiter, or answer 503."""

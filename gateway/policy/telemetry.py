@@ -1,13 +1,13 @@
 """What the policy says about telemetry: trace sampling, content capture, access logs, tenant labels.
 
 Where traces go is not the policy's business: the exporter is set by the standard ``OTEL_*``
-environment variables (see ``gateway.telemetry.tracing``). A few ``SWITCHYARD_*`` variables override
+environment variables (see ``gateway.telemetry.tracing``). A few ``SORTYARD_*`` variables override
 the policy for one process (handy for benchmarks and incidents):
 
-- ``SWITCHYARD_TRACE_SAMPLING_RATIO``  a float in [0, 1]
-- ``SWITCHYARD_ACCESS_LOG``            ``0``/``1`` (also ``false``/``true``, ``off``/``on``)
-- ``SWITCHYARD_CAPTURE_CONTENT``       ``0``/``1``
-- ``SWITCHYARD_TENANT_LABELS``         ``0``/``1``
+- ``SORTYARD_TRACE_SAMPLING_RATIO``  a float in [0, 1]
+- ``SORTYARD_ACCESS_LOG``            ``0``/``1`` (also ``false``/``true``, ``off``/``on``)
+- ``SORTYARD_CAPTURE_CONTENT``       ``0``/``1``
+- ``SORTYARD_TENANT_LABELS``         ``0``/``1``
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class TelemetryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Put prompt and completion text on spans (``gen_ai.input.messages`` / ``output.messages``).
     Off by default: prompts are often personal data."""
     access_log: bool = True
-    """One JSON line per request on the ``switchyard.access`` logger (never keys or prompts)."""
+    """One JSON line per request on the ``sortyard.access`` logger (never keys or prompts)."""
     tenant_labels: bool = False
     """Label token counters by tenant too (one time series per tenant: keep off with many tenants)."""
     provider_name: str = "openai"
@@ -60,16 +60,16 @@ def telemetry_of(policy: Any, environ: Mapping[str, str] | None = None) -> Telem
         config = DEFAULT
     env = os.environ if environ is None else environ
     changes: dict[str, Any] = {}
-    raw = env.get("SWITCHYARD_TRACE_SAMPLING_RATIO")
+    raw = env.get("SORTYARD_TRACE_SAMPLING_RATIO")
     if raw:
         ratio = float(raw)
         if not 0.0 <= ratio <= 1.0:
-            raise ValueError(f"SWITCHYARD_TRACE_SAMPLING_RATIO: expected a ratio in [0, 1], got {raw!r}")
+            raise ValueError(f"SORTYARD_TRACE_SAMPLING_RATIO: expected a ratio in [0, 1], got {raw!r}")
         changes["sampling_ratio"] = ratio
     for field, var in (
-        ("access_log", "SWITCHYARD_ACCESS_LOG"),
-        ("capture_content", "SWITCHYARD_CAPTURE_CONTENT"),
-        ("tenant_labels", "SWITCHYARD_TENANT_LABELS"),
+        ("access_log", "SORTYARD_ACCESS_LOG"),
+        ("capture_content", "SORTYARD_CAPTURE_CONTENT"),
+        ("tenant_labels", "SORTYARD_TENANT_LABELS"),
     ):
         raw = env.get(var)
         if raw:

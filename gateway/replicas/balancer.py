@@ -33,7 +33,7 @@ from gateway.replicas.strategies import ReplicaStrategy, build_strategy, is_usab
 
 __all__ = ["Balancer", "BreakerListener", "ReleaseListener", "ReplicaState", "server_root"]
 
-logger = logging.getLogger("switchyard.routing")
+logger = logging.getLogger("sortyard.routing")
 
 LOAD_AWARE_SCRAPE_INTERVAL_S = 2.0
 """Scrape interval for a ``load_aware`` pool whose health config leaves scraping off."""

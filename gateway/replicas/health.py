@@ -34,7 +34,7 @@ from gateway.replicas.client import UpstreamClient
 
 __all__ = ["HealthChecker", "ReplicaLoad", "parse_vllm_metrics"]
 
-logger = logging.getLogger("switchyard.health")
+logger = logging.getLogger("sortyard.health")
 
 FRESH_SCRAPES = 3
 """Scraped load counts for this many scrape intervals."""
@@ -67,7 +67,7 @@ class HealthChecker:
     def start(self) -> None:
         """Start the background task (inside a running event loop)."""
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="switchyard-health")
+            self._task = asyncio.create_task(self._run(), name="sortyard-health")
 
     async def stop(self) -> None:
         """Cancel the background task and every probe or scrape in flight."""

@@ -5,7 +5,7 @@ opt in to more), under a key that hashes the tenant (unless the pool's scope is 
 and the canonical request. ``Cache-Control: no-cache`` skips the lookup, ``no-store`` also the
 write. A hit is answered here, as JSON or as a faithful SSE replay; identical concurrent misses
 make one upstream call and the others are answered from it. Every response says
-``x-switchyard-cache: hit|miss|bypass``. Hits count as requests (the limits stage ran before);
+``x-sortyard-cache: hit|miss|bypass``. Hits count as requests (the limits stage ran before);
 their tokens count against tokens-per-minute only when the policy says so.
 """
 

@@ -39,7 +39,7 @@ from gateway.stores import (
 )
 from gateway.tokens import TokenCounter
 
-logger = logging.getLogger("switchyard.limits")
+logger = logging.getLogger("sortyard.limits")
 
 
 def month_of(now_s: float) -> str:

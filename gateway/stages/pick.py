@@ -30,7 +30,7 @@ from gateway.replicas.balancer import Balancer, ReplicaState
 from gateway.replicas.config import QueueConfig
 from gateway.replicas.slot_queue import QueueFull, QueueTimeout, SlotQueues, Ticket
 
-logger = logging.getLogger("switchyard.pick")
+logger = logging.getLogger("sortyard.pick")
 
 
 class PickReplica:
@@ -81,7 +81,7 @@ class PickReplica:
             )
         call.replica = state
         if state.pool != call.pool:
-            call.response_headers["x-switchyard-fallback-pool"] = state.pool
+            call.response_headers["x-sortyard-fallback-pool"] = state.pool
         if state.replica.send_cache_salt and config.salt_requests:
             call.body["cache_salt"] = self._salt(call.tenant, config.salt_secret_env)
         else:

@@ -12,7 +12,7 @@ again. Only streams can time out early (``first_byte_s``); a plain request waits
 until the deadline (see ``gateway.stages.upstream``), so it has nothing left to retry with.
 
 Every failed attempt is reported to ``on_attempt_error(pool, error)`` except the one the call ends
-with, which is the call's own error (``switchyard_upstream_errors_total`` counts both).
+with, which is the call's own error (``sortyard_upstream_errors_total`` counts both).
 """
 
 from __future__ import annotations

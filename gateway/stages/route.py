@@ -3,8 +3,8 @@
 A pool name or an alias routes directly. The auto model (``model: "auto"``, or an alias pointing at
 it) asks the policy's tier classifier; a conversation keeps the tier its first turn got (shared by
 every gateway replica through the store) unless the policy turns stickiness off. A model the key
-may not use is OpenAI's 404. The choice and its reason go to ``x-switchyard-pool`` and
-``x-switchyard-route-reason``. A Responses request is classified by its ``instructions`` and
+may not use is OpenAI's 404. The choice and its reason go to ``x-sortyard-pool`` and
+``x-sortyard-route-reason``. A Responses request is classified by its ``instructions`` and
 ``input`` as chat messages; a pass-through route (``/tokenize``) must be one the pool declares (404).
 """
 
@@ -20,7 +20,7 @@ from gateway.pipeline import Call, Endpoint
 from gateway.responses import as_messages
 from gateway.tiers.classifier import ClassifyInput, conversation_key
 
-logger = logging.getLogger("switchyard.route")
+logger = logging.getLogger("sortyard.route")
 STICKY_TTL_S = 24 * 3600.0
 
 
@@ -82,7 +82,7 @@ class RouteModel:
         if call.endpoint is Endpoint.PASSTHROUGH and call.path not in policy.pools[pool].passthrough_routes:
             raise NotFound(f"The model `{call.model}` does not serve {call.path}.", param="model")
         call.pool = pool
-        call.response_headers["x-switchyard-route-reason"] = call.route_reason or ""
+        call.response_headers["x-sortyard-route-reason"] = call.route_reason or ""
 
     async def _classify(self, call: Call, compiled: CompiledPolicy) -> str:
         policy, classifier, keys = compiled.policy, compiled.classifier, compiled.keys

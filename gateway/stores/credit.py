@@ -65,7 +65,7 @@ from gateway.stores.pending import PendingWrites
 from gateway.stores.redis import RedisStore
 from gateway.stores.writeback import WriteBack
 
-logger = logging.getLogger("switchyard.stores")
+logger = logging.getLogger("sortyard.stores")
 
 _MAX_SETTLED_IDS = 8192
 _CREDITED = ("requests", "tokens", "concurrency")

@@ -6,7 +6,7 @@ call waits on the primary again (so an outage costs one store timeout, not one p
 
 - ``fail_open``: calls go to the in-process fallback (limits then hold per process, not across
   replicas); ``on_fallback(operation)`` is called each time, for a metric; one warning is logged per
-  outage on the ``switchyard.stores`` logger;
+  outage on the ``sortyard.stores`` logger;
 - ``fail_closed``: calls raise ``StoreUnavailable`` with ``retry_after_s`` set (the gateway answers 503).
 
 After the interval one call probes the primary (the others keep using the fallback meanwhile); when
@@ -77,7 +77,7 @@ class FailoverStore:
         """Settles of requests the primary admitted, kept until it answers again."""
         self._recovery: asyncio.Task[None] | None = None
         self._closed = False
-        self._log = logging.getLogger("switchyard.stores")
+        self._log = logging.getLogger("sortyard.stores")
 
     @property
     def is_degraded(self) -> bool:

@@ -42,7 +42,7 @@ from gateway.stores.lua_codec import admit_spec, read_admit_reply, settle_spec
 from gateway.stores.script_runner import LuaScript, ScriptRunner
 from gateway.stores.writeback import WriteBack
 
-logger = logging.getLogger("switchyard.stores")
+logger = logging.getLogger("sortyard.stores")
 
 _LEDGER_TTL_S = 400 * 86400  # 13 months and a bit
 

@@ -7,7 +7,7 @@ it went (status, error code, tokens, latency, time to first token, time on the u
      "pool":"small","replica":"10.0.0.5:8000","status":200,"input_tokens":11,"output_tokens":9,
      "latency_ms":412.7,"ttft_ms":88.1,"upstream_ms":410.9,"cache":"miss","stream":true}
 
-The lines are the ``switchyard.access`` logger's: when that logger has handlers of its own (the
+The lines are the ``sortyard.access`` logger's: when that logger has handlers of its own (the
 operator configured it), each line goes through it as one INFO record. Otherwise the lines go to
 standard output through a small buffer (flushed every 128 lines or half a second): ``logging``'s
 record machinery plus a flush per line cost ~11 us a request, about 5% of the gateway's CPU; encoding
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from gateway.errors import GatewayError
     from gateway.pipeline import Call
 
-LOGGER_NAME = "switchyard.access"
+LOGGER_NAME = "sortyard.access"
 
 
 class AccessEntry(msgspec.Struct, omit_defaults=True):
@@ -116,7 +116,7 @@ _stdout_sink: BufferedSink | None = None
 
 
 def default_sink() -> Sink:
-    """The configured ``switchyard.access`` logger when it has handlers, else buffered stdout."""
+    """The configured ``sortyard.access`` logger when it has handlers, else buffered stdout."""
     global _stdout_sink  # one buffer per process for stdout, however many apps a process builds
     logger = logging.getLogger(LOGGER_NAME)
     if logger.handlers:

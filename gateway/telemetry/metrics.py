@@ -2,10 +2,10 @@
 
 Each app gets its own ``CollectorRegistry`` so that several apps (tests, workers) never collide.
 Labels never carry API keys or prompt content; tenants label token counters only when the policy's
-``telemetry.tenant_labels`` allows it. The fair queue's series (``switchyard_queue_*``) are per tenant
+``telemetry.tenant_labels`` allows it. The fair queue's series (``sortyard_queue_*``) are per tenant
 always: fair share is per tenant, and they exist only for pools whose policy has a ``queue``.
 
-Several worker processes (``switchyard serve --workers N``): the parent calls
+Several worker processes (``sortyard serve --workers N``): the parent calls
 :func:`prepare_multiprocess` (an empty directory in ``PROMETHEUS_MULTIPROC_DIR``) before any worker
 starts, so that each worker's prometheus_client keeps its values in memory-mapped files there, and
 ``Metrics.render()`` answers with the sum over all workers (``MultiProcessCollector``): whichever
@@ -68,7 +68,7 @@ def is_multiprocess() -> bool:
 
 
 def upstream_error_kind(error: GatewayError) -> str | None:
-    """The ``kind`` a failed upstream attempt counts under in ``switchyard_upstream_errors_total``
+    """The ``kind`` a failed upstream attempt counts under in ``sortyard_upstream_errors_total``
     (its error code; ``upstream_rate_limited`` for an upstream 429), or None when ``error`` is no
     upstream failure (the upstream's own 4xx is the client's problem)."""
     if isinstance(error, UpstreamStatusError):
@@ -96,133 +96,133 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "switchyard_requests",
+            "sortyard_requests",
             "Requests answered, by endpoint, pool and HTTP status.",
             ("endpoint", "pool", "status"),
             registry=r,
         )
         self.request_duration = Histogram(
-            "switchyard_request_duration_seconds",
+            "sortyard_request_duration_seconds",
             "Total request latency as the client sees it.",
             ("endpoint", "pool"),
             buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
         self.time_to_first_token = Histogram(
-            "switchyard_time_to_first_token_seconds",
+            "sortyard_time_to_first_token_seconds",
             "Time to the first streamed event.",
             ("pool",),
             buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
         self.overhead = Histogram(
-            "switchyard_gateway_overhead_seconds",
+            "sortyard_gateway_overhead_seconds",
             "Request time not spent waiting on the upstream.",
             ("endpoint",),
             buckets=OVERHEAD_BUCKETS_S,
             registry=r,
         )
         self.tokens = Counter(
-            "switchyard_tokens",
+            "sortyard_tokens",
             "Tokens reported by upstreams, by pool and direction.",
             ("pool", "direction"),
             registry=r,
         )
         self.upstream_errors = Counter(
-            "switchyard_upstream_errors",
+            "sortyard_upstream_errors",
             "Failed upstream attempts (retried ones and broken streams included) by pool and kind, "
             "plus requests that found no replica (kind no_healthy_replica) or failed in the gateway.",
             ("pool", "kind"),
             registry=r,
         )
         self.stream_errors = Counter(
-            "switchyard_stream_errors",
+            "sortyard_stream_errors",
             "Streams that failed after their first event (the client saw 200, then an error event).",
             ("pool", "kind"),
             registry=r,
         )
         self.replica_outstanding = Gauge(
-            "switchyard_replica_outstanding_requests",
+            "sortyard_replica_outstanding_requests",
             "Requests in flight per replica.",
             ("pool", "replica"),
             registry=r,
             multiprocess_mode="livesum",
         )
         self.time_per_output_token = Histogram(
-            "switchyard_time_per_output_token_seconds",
+            "sortyard_time_per_output_token_seconds",
             "Streamed responses: time after the first token, per further output token.",
             ("pool",),
             buckets=TPOT_BUCKETS_S,
             registry=r,
         )
         self.tenant_tokens = Counter(
-            "switchyard_tenant_tokens",
+            "sortyard_tenant_tokens",
             "Tokens by tenant, pool and direction (only when the policy's telemetry.tenant_labels is on).",
             ("tenant", "pool", "direction"),
             registry=r,
         )
         self.replica_breaker_state = Gauge(
-            "switchyard_replica_breaker_state",
+            "sortyard_replica_breaker_state",
             "1 for the circuit-breaker state each replica is in (closed, half_open, open), else 0.",
             ("pool", "replica", "state"),
             registry=r,
             multiprocess_mode="livemax",
         )
         self.replica_load = Gauge(
-            "switchyard_replica_load",
+            "sortyard_replica_load",
             "A replica's load as last scraped from its /metrics (running, waiting, kv_cache_usage).",
             ("pool", "replica", "signal"),
             registry=r,
             multiprocess_mode="livemax",
         )
         self.rate_limited = Counter(
-            "switchyard_rate_limited",
+            "sortyard_rate_limited",
             "Requests refused by limits, by reason.",
             ("reason",),
             registry=r,
         )
         self.client_rate_limited = Counter(
-            "switchyard_client_rate_limited",
+            "sortyard_client_rate_limited",
             "Unauthenticated requests refused per client address, by reason (auth_failures: past the "
             "failed-authentication bound; open_routes: past the /metrics and /openapi.json bound).",
             ("reason",),
             registry=r,
         )
         self.store_fallbacks = Counter(
-            "switchyard_store_fallbacks",
+            "sortyard_store_fallbacks",
             "Store operations answered by the local fallback because Redis failed.",
             ("reason",),
             registry=r,
         )
         self.cache_events = Counter(
-            "switchyard_cache_events",
+            "sortyard_cache_events",
             "Cache events by cache and kind (hit, miss, bypass, store, evict, oversize, corrupt, error, "
             "affinity_hit, affinity_override, affinity_miss, flight_follow, ...).",
             ("cache", "event"),
             registry=r,
         )
         self.queue_depth = Gauge(
-            "switchyard_queue_depth",
+            "sortyard_queue_depth",
             "Requests waiting in a saturated pool's fair queue, by pool and tenant.",
             ("pool", "tenant"),
             registry=r,
             multiprocess_mode="livesum",
         )
         self.queue_wait = Histogram(
-            "switchyard_queue_wait_seconds",
+            "sortyard_queue_wait_seconds",
             "Time a request waited for a replica slot in its pool's fair queue (0: served at once).",
             ("pool", "tenant"),
             buckets=QUEUE_WAIT_BUCKETS_S,
             registry=r,
         )
         self.queue_refused = Counter(
-            "switchyard_queue_refused",
+            "sortyard_queue_refused",
             "Requests the fair queue turned away: full (429 queue_full), timeout (503 pool_saturated).",
             ("pool", "tenant", "reason"),
             registry=r,
         )
         self.policy_reloads = Counter(
-            "switchyard_policy_reloads",
+            "sortyard_policy_reloads",
             "Policy reload attempts by result.",
             ("result",),
             registry=r,
@@ -384,7 +384,7 @@ class Metrics:
         return status
 
     def cache_hook(self, cache: str) -> Callable[..., None]:
-        """An ``on_event(name, n=1)`` hook for one cache, counting into ``switchyard_cache_events``."""
+        """An ``on_event(name, n=1)`` hook for one cache, counting into ``sortyard_cache_events``."""
         children: dict[str, Any] = {}
 
         def on_event(event: str, n: int = 1) -> None:

@@ -1,16 +1,16 @@
-"""Every span name and span attribute name Switchyard emits, in one place.
+"""Every span name and span attribute name Sortyard emits, in one place.
 
 The GenAI names follow the OpenTelemetry GenAI semantic conventions (``gen_ai.*``, still marked
 "development" upstream): when they change, change them here. Names of our own live under
-``switchyard.*``. The engine (``backends.serving.tracing``) imports its names from here too, so the
+``sortyard.*``. The engine (``backends.serving.tracing``) imports its names from here too, so the
 gateway's and the engine's spans always agree.
 """
 
 from __future__ import annotations
 
 # --- span names -----------------------------------------------------------------------------------
-TRACER_NAME = "switchyard"
-ENGINE_TRACER_NAME = "switchyard.engine"
+TRACER_NAME = "sortyard"
+ENGINE_TRACER_NAME = "sortyard.engine"
 
 
 def server_span_name(method: str, route: str) -> str:
@@ -19,8 +19,8 @@ def server_span_name(method: str, route: str) -> str:
 
 
 def stage_span_name(stage: str) -> str:
-    """One pipeline stage: ``switchyard.auth``, ``switchyard.limits``, ``switchyard.cache``, ..."""
-    return _STAGE_NAMES.get(stage) or _STAGE_NAMES.setdefault(stage, f"switchyard.{stage}")
+    """One pipeline stage: ``sortyard.auth``, ``sortyard.limits``, ``sortyard.cache``, ..."""
+    return _STAGE_NAMES.get(stage) or _STAGE_NAMES.setdefault(stage, f"sortyard.{stage}")
 
 
 _STAGE_NAMES: dict[str, str] = {}
@@ -74,15 +74,15 @@ SERVER_ADDRESS = "server.address"
 SERVER_PORT = "server.port"
 ERROR_TYPE = "error.type"
 
-# --- Switchyard's own -----------------------------------------------------------------------------
-REQUEST_ID = "switchyard.request_id"
-TENANT = "switchyard.tenant"
-POOL = "switchyard.pool"
-REPLICA = "switchyard.replica"
-ROUTE_REASON = "switchyard.route.reason"
-CACHE_RESULT = "switchyard.cache.result"
-ATTEMPT = "switchyard.upstream.attempt"
-IS_STREAM = "switchyard.request.stream"
-ENGINE_TIMING = "switchyard.engine.timing"
+# --- Sortyard's own -----------------------------------------------------------------------------
+REQUEST_ID = "sortyard.request_id"
+TENANT = "sortyard.tenant"
+POOL = "sortyard.pool"
+REPLICA = "sortyard.replica"
+ROUTE_REASON = "sortyard.route.reason"
+CACHE_RESULT = "sortyard.cache.result"
+ATTEMPT = "sortyard.upstream.attempt"
+IS_STREAM = "sortyard.request.stream"
+ENGINE_TIMING = "sortyard.engine.timing"
 """``engine`` when the engine reported its schedule time, ``derived`` when the server inferred it."""
-ENGINE_NUM_CACHED_TOKENS = "switchyard.engine.num_cached_tokens"
+ENGINE_NUM_CACHED_TOKENS = "sortyard.engine.num_cached_tokens"

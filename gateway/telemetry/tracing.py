@@ -6,7 +6,7 @@ Where spans go is set by the standard environment variables, read once per proce
 tracing off), ``OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL`` = ``http/protobuf`` (default) | ``grpc`` (when
 its exporter package is installed), ``OTEL_EXPORTER_OTLP[_TRACES]_ENDPOINT`` / ``_HEADERS`` /
 ``_TIMEOUT`` (read by the exporter itself), ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``,
-``OTEL_BSP_*``, ``OTEL_SDK_DISABLED``. For tests only, ``SWITCHYARD_TEST_SPAN_FILE=/path`` writes every
+``OTEL_BSP_*``, ``OTEL_SDK_DISABLED``. For tests only, ``SORTYARD_TEST_SPAN_FILE=/path`` writes every
 finished span as one JSON line to that file.
 
 How many requests are traced is the policy's ``telemetry.sampling_ratio``, applied as
@@ -47,7 +47,7 @@ from gateway.telemetry import semconv as sc
 from gateway.telemetry.spans import RequestSpan
 from gateway.telemetry.traceparent import parse_traceparent, traceparent_of
 
-logger = logging.getLogger("switchyard.tracing")
+logger = logging.getLogger("sortyard.tracing")
 
 _LOW_64 = (1 << 64) - 1
 _getrandbits = random.getrandbits
@@ -93,7 +93,7 @@ def exporter_from_env(environ: Mapping[str, str] | None = None) -> tuple[SpanExp
     """The span exporter the ``OTEL_*`` variables ask for (None: tracing off) and whether to export
     each span at once (the test file exporter) rather than in batches."""
     env = os.environ if environ is None else environ
-    test_file = env.get("SWITCHYARD_TEST_SPAN_FILE")
+    test_file = env.get("SORTYARD_TEST_SPAN_FILE")
     if test_file:
         return JsonLinesSpanExporter(test_file), True
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
@@ -174,7 +174,7 @@ class GatewayTracer:
         exporter: SpanExporter | None = None,
         *,
         export_each: bool = False,
-        service_name: str = "switchyard-gateway",
+        service_name: str = "sortyard-gateway",
     ) -> None:
         self.enabled = exporter is not None
         self._root = PolicyRatioSampler(DEFAULT_RATIO)
@@ -192,7 +192,7 @@ class GatewayTracer:
 
     @classmethod
     def from_env(
-        cls, environ: Mapping[str, str] | None = None, *, service_name: str = "switchyard-gateway"
+        cls, environ: Mapping[str, str] | None = None, *, service_name: str = "sortyard-gateway"
     ) -> GatewayTracer:
         exporter, export_each = exporter_from_env(environ)
         return cls(exporter, export_each=export_each, service_name=service_name)

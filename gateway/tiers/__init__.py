@@ -4,7 +4,7 @@ The gateway's whole contact with this package::
 
     classifier = build_classifier(policy.classifier, pools=policy.pool_names)  # at policy load
     decision = classifier.classify(ClassifyInput(messages=..., tools=..., json_mode=...))
-    # decision.pool, decision.reason -> x-switchyard-pool, x-switchyard-route-reason
+    # decision.pool, decision.reason -> x-sortyard-pool, x-sortyard-route-reason
 
 and :func:`conversation_key` for sticky conversations. Training (torch) lives in
 ``gateway.cli.train`` and is never imported from here.

@@ -77,7 +77,7 @@ class RulesConfig(_Base, frozen=True, tag="rules"):
 
 
 class LearnedConfig(_Base, frozen=True, tag="learned"):
-    """The trained hashed-n-gram classifier (``switchyard router train``)."""
+    """The trained hashed-n-gram classifier (``sortyard router train``)."""
 
     path: str | None = None
     """Model file; ``None`` means the shipped default (``gateway/tiers/data/router.bin``)."""

@@ -123,12 +123,12 @@ def decode_model(blob: bytes, *, source: str = "<bytes>") -> ModelPayload:
     magic, version, _reserved, length, checksum = _HEADER.unpack_from(blob)
     if magic != MAGIC:
         raise ClassifierLoadError(
-            f"router model {source} is not a Switchyard router model (bad magic {magic!r})"
+            f"router model {source} is not a Sortyard router model (bad magic {magic!r})"
         )
     if version != FORMAT_VERSION:
         raise ClassifierLoadError(
             f"router model {source} has format version {version}; this gateway reads version "
-            f"{FORMAT_VERSION}. Retrain it with `switchyard router train`."
+            f"{FORMAT_VERSION}. Retrain it with `sortyard router train`."
         )
     body = blob[_HEADER.size :]
     if len(body) != length:
@@ -157,7 +157,7 @@ def read_model(path: str | Path | None = None) -> ModelPayload:
     except FileNotFoundError:
         raise ClassifierLoadError(
             f"router model file {str(file)!r} does not exist; train one with "
-            "`switchyard router train data.jsonl -o router.bin` or drop `path` to use the shipped default"
+            "`sortyard router train data.jsonl -o router.bin` or drop `path` to use the shipped default"
         ) from None
     except OSError as exc:
         raise ClassifierLoadError(f"router model file {str(file)!r} cannot be read: {exc}") from exc

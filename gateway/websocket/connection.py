@@ -52,7 +52,7 @@ from gateway.websocket.messages import ClientMessage, Kind, MessageError, mode_o
 
 __all__ = ["Connection", "WebSocketEndpoint", "close_code"]
 
-logger = logging.getLogger("switchyard.websocket")
+logger = logging.getLogger("sortyard.websocket")
 _NO_HEADERS: dict[str, str] = {}
 
 

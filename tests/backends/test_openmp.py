@@ -40,7 +40,7 @@ def test_no_restart_needed(environ: dict[str, str], library: Path | None) -> Non
 
 
 def test_an_unknown_choice_is_refused() -> None:
-    with pytest.raises(SystemExit, match="SWITCHYARD_OPENMP='llvm'"):
+    with pytest.raises(SystemExit, match="SORTYARD_OPENMP='llvm'"):
         preload_env({OPENMP_ENV: "llvm"}, LIB)
 
 

@@ -103,7 +103,7 @@ def test_every_replica_of_every_pool_serves_in_the_openai_shape(gateway: Gateway
                 break
             raw = _chat(gateway, pool)
             answer = raw.parse()
-            assert raw.headers["x-switchyard-pool"] == pool
+            assert raw.headers["x-sortyard-pool"] == pool
             assert answer.model == pool and answer.choices[0].message.content
             assert answer.usage.prompt_tokens > 0 and answer.usage.completion_tokens > 0
         served = {state.replica.kind: state.num_requests for state in states}
@@ -113,5 +113,5 @@ def test_every_replica_of_every_pool_serves_in_the_openai_shape(gateway: Gateway
 def test_auto_routes_across_the_kinds(gateway: GatewayServer) -> None:
     raw = _chat(gateway, "auto")
     answer = raw.parse()
-    assert raw.headers["x-switchyard-pool"] in ("small", "medium", "large")
+    assert raw.headers["x-sortyard-pool"] in ("small", "medium", "large")
     assert answer.model == "auto" and answer.choices[0].message.content

@@ -168,10 +168,10 @@ def test_probe_reports_how_an_accept_encoding_request_came_back(
 def test_parse_gateway_spec(tmp_path: Path) -> None:
     policy = tmp_path / "keys.yaml"
     policy.write_text("version: 1\n")
-    config = parse_gateway_spec(f"with-keys={policy},SWITCHYARD_REDIS_URL=${{REDIS_URL}},A=b=c")
+    config = parse_gateway_spec(f"with-keys={policy},SORTYARD_REDIS_URL=${{REDIS_URL}},A=b=c")
     assert config.label == "with-keys"
     assert config.policy_template == policy
-    assert dict(config.env) == {"SWITCHYARD_REDIS_URL": "${REDIS_URL}", "A": "b=c"}
+    assert dict(config.env) == {"SORTYARD_REDIS_URL": "${REDIS_URL}", "A": "b=c"}
     assert parse_gateway_spec(str(policy)).label == "gateway (keys)"
     with pytest.raises(BenchError):
         parse_gateway_spec(str(tmp_path / "missing.yaml"))

@@ -1,7 +1,7 @@
 """Smoke test of bench/overhead.py: the whole harness for ~1 s a point, output parsed.
 
 Skips only when nginx or wrk is not installed (``apt-get install nginx wrk``). Includes the gateway
-row when ``switchyard serve`` exists, else measures nginx direct and the bare forwarder.
+row when ``sortyard serve`` exists, else measures nginx direct and the bare forwarder.
 """
 
 from __future__ import annotations
@@ -99,13 +99,13 @@ def test_compare_two_gateway_configs_with_redis(tmp_path: Path) -> None:
         *_pin_args(),
         "--compare",
         f"base={template}",
-        f"redis={template},SWITCHYARD_REDIS_URL=${{REDIS_URL}}",
+        f"redis={template},SORTYARD_REDIS_URL=${{REDIS_URL}}",
     ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=REPO_ROOT, check=False)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
     rows = {row["label"]: row for row in json.loads(json_out.read_text())["rows"]}
     assert set(rows) == {"nginx direct", "base", "redis"}
-    assert rows["redis"]["env"]["SWITCHYARD_REDIS_URL"].startswith("redis://127.0.0.1:")
+    assert rows["redis"]["env"]["SORTYARD_REDIS_URL"].startswith("redis://127.0.0.1:")
     assert rows["base"]["env"] == {}
     assert rows["base"]["requests_per_s"]["16"] > 0 and rows["redis"]["streams_per_s"] > 0
 

@@ -136,7 +136,7 @@ def test_contenders_need_distinct_names_and_a_workload(tmp_path: Path) -> None:
         (["--rounds", "2"], "--rounds pairs two servers"),
         (["--rounds", "2", "--baseline", "hf-static8"], "--rounds pairs two servers"),
         (["--baseline-env", "A=1"], "--baseline-env sets the environment of a baseline"),
-        (["--baseline", "switchyard", "--baseline-env", "A"], "KEY=VALUE"),
+        (["--baseline", "sortyard", "--baseline-env", "A"], "KEY=VALUE"),
     ],
 )
 def test_engine_throughput_refuses_rounds_without_two_servers(
@@ -147,10 +147,10 @@ def test_engine_throughput_refuses_rounds_without_two_servers(
     assert message in capsys.readouterr().err
 
 
-def test_the_switchyard_baseline_differs_only_by_its_environment(tmp_path: Path) -> None:
-    ns = engine_throughput.parse_args(["--baseline", "switchyard", "--baseline-env", "KMP_BLOCKTIME=0"])
+def test_the_sortyard_baseline_differs_only_by_its_environment(tmp_path: Path) -> None:
+    ns = engine_throughput.parse_args(["--baseline", "sortyard", "--baseline-env", "KMP_BLOCKTIME=0"])
     first, second = engine_throughput.contenders(ns, tmp_path)
-    assert (first.label, second.label) == ("switchyard", "switchyard-baseline")
+    assert (first.label, second.label) == ("sortyard", "sortyard-baseline")
     strip_port = lambda argv: [x for i, x in enumerate(argv) if i == 0 or argv[i - 1] != "--port"]  # noqa: E731
     assert strip_port(first.spec.argv) == strip_port(second.spec.argv)
     assert first.base_url != second.base_url

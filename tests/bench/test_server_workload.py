@@ -1,5 +1,5 @@
 """bench/server_workload.py: the report math, the streaming driver against a fake OpenAI server on
-loopback, and the whole measurement against a fake server process and Switchyard's server with a tiny
+loopback, and the whole measurement against a fake server process and Sortyard's server with a tiny
 model."""
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def test_measure_server_starts_measures_and_stops_a_process(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_switchyards_server_takes_the_workload(tmp_path: Path) -> None:
+def test_sortyards_server_takes_the_workload(tmp_path: Path) -> None:
     """Token-id prompts, ignore_eos and streamed usage through ``python -m backends.server``."""
     pytest.importorskip("transformers")
     from tests.backends.engine.tiny import build_tiny_model
@@ -227,7 +227,7 @@ def test_switchyards_server_takes_the_workload(tmp_path: Path) -> None:
     port = free_port()
     argv = (sys.executable, "-m", "backends.server", "--model", f"tiny={model_dir}", "--port", str(port),
             "--embedding-model", "none", "--kv-cache-bytes", str(16 << 20))  # fmt: skip
-    spec = ProcessSpec("switchyard", argv, cpus=None, log_dir=tmp_path, cwd=ROOT)
+    spec = ProcessSpec("sortyard", argv, cpus=None, log_dir=tmp_path, cwd=ROOT)
     prompts = [[i % 250 + 3 for i in range(n)] for n in (5, 40, 17)]
     output_lens = [3, 20, 1]
     report = measure_server(spec, f"http://127.0.0.1:{port}", "tiny", prompts, output_lens)

@@ -3,7 +3,7 @@
 The session reuses a running engine; else, as root with apt, it installs Debian's docker.io (and
 debootstrap, docker-compose), starts ``dockerd`` itself and stops it at the end. Images build from
 ``local/debian:bookworm`` (deploy/docker/base-image.sh, made once: Docker keeps it) unless
-``SWITCHYARD_DOCKER_BASE_IMAGE`` names another base; Docker's layer cache makes rebuilds cheap.
+``SORTYARD_DOCKER_BASE_IMAGE`` names another base; Docker's layer cache makes rebuilds cheap.
 """
 
 from __future__ import annotations
@@ -159,10 +159,10 @@ def build_image(dockerfile: str, tag: str, args: dict[str, str]) -> None:
 @pytest.fixture(scope="session")
 def images(docker_engine: None) -> Iterator[Images]:
     """The gateway, engine and redis images, built (from cached layers after the first time)."""
-    base = os.environ.get("SWITCHYARD_DOCKER_BASE_IMAGE", LOCAL_BASE)
+    base = os.environ.get("SORTYARD_DOCKER_BASE_IMAGE", LOCAL_BASE)
     if base == LOCAL_BASE and not _image_exists(LOCAL_BASE):
         run(["sh", str(DOCKER_DIR / "base-image.sh"), LOCAL_BASE], timeout_s=BASE_IMAGE_TIMEOUT_S)
-    built = Images("switchyard/gateway:0.1.0", "switchyard/engine:0.1.0", "switchyard/redis:7.0", base)
+    built = Images("sortyard/gateway:0.1.0", "sortyard/engine:0.1.0", "sortyard/redis:7.0", base)
     build_image("gateway.Dockerfile", built.gateway, {"BASE_IMAGE": base})
     build_image("redis.Dockerfile", built.redis, {"BASE_IMAGE": base})
     engine_args = {"BASE_IMAGE": base}

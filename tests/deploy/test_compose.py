@@ -59,7 +59,7 @@ def core(images: Images, tmp_path: Path) -> Iterator[Core]:
     env = {
         **os.environ,
         "COMPOSE_PROJECT_NAME": f"sytest{uuid.uuid4().hex[:8]}",
-        "SWITCHYARD_POLICY_DIR": str(write_policy_dir(tmp_path / "policy", keys)),
+        "SORTYARD_POLICY_DIR": str(write_policy_dir(tmp_path / "policy", keys)),
         "GATEWAY_IMAGE": images.gateway,
         "ENGINE_IMAGE": images.engine,
         "REDIS_IMAGE": images.redis,

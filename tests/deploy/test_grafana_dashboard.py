@@ -13,7 +13,7 @@ from backends.serving.metrics import ServerMetrics
 from gateway.telemetry.metrics import Metrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-METRIC = re.compile(r"(?<![\w:])((?:switchyard_|vllm:)[A-Za-z0-9_:]*)")
+METRIC = re.compile(r"(?<![\w:])((?:sortyard_|vllm:)[A-Za-z0-9_:]*)")
 SUFFIXES = {
     "counter": ("_total", "_created"),
     "histogram": ("_bucket", "_sum", "_count", "_created"),
@@ -35,7 +35,7 @@ def exposed_names() -> set[str]:
 
 
 def test_dashboard_queries_name_real_metrics() -> None:
-    dashboard = json.loads((DEPLOY / "grafana" / "switchyard-dashboard.json").read_text())
+    dashboard = json.loads((DEPLOY / "grafana" / "sortyard-dashboard.json").read_text())
     names = exposed_names()
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     assert len(exprs) >= 16
@@ -51,5 +51,5 @@ def test_dashboard_queries_name_real_metrics() -> None:
 def test_prometheus_config_scrapes_gateway_and_engine() -> None:
     config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    assert {"switchyard-gateway", "switchyard-engine"} <= set(jobs)
+    assert {"sortyard-gateway", "sortyard-engine"} <= set(jobs)
     assert all(job["static_configs"][0]["targets"] for job in jobs.values())

@@ -69,7 +69,7 @@ def test_chat_through_gateway_image_to_engine_image(
     gateway_s = start_ready(
         f"http://127.0.0.1:{gateway_port}/healthz",
         ["--init", "--network", network, "--name", f"{network}-gateway",
-         "-p", f"127.0.0.1:{gateway_port}:8000", "-v", f"{policy_dir}:/etc/switchyard:ro", images.gateway],
+         "-p", f"127.0.0.1:{gateway_port}:8000", "-v", f"{policy_dir}:/etc/sortyard:ro", images.gateway],
     )  # fmt: skip
     record_property("engine_start_to_ready_s", round(engine_s, 2))
     record_property("gateway_start_to_ready_s", round(gateway_s, 2))
@@ -90,7 +90,7 @@ def test_chat_through_gateway_image_to_engine_image(
 def test_loadtest_image_runs_the_locustfile(images: Images) -> None:
     """The image the compose file's and the manifests' Locust master and workers run: Locust finds the
     user classes of loadtests/locustfile.py (the file imports, its scenarios load)."""
-    tag = "switchyard/loadtest:0.1.0"
+    tag = "sortyard/loadtest:0.1.0"
     build_image("loadtest.Dockerfile", tag, {"BASE_IMAGE": images.base})
     listed = run(["docker", "run", "--rm", tag, "-f", "loadtests/locustfile.py", "--list"], timeout_s=120)
     assert "ChatUser" in listed.stdout, listed.stdout + listed.stderr

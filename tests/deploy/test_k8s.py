@@ -31,7 +31,7 @@ from loadtests.config import LoadTestConfig
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 OVERLAYS = sorted(p.parent.name for p in (K8S / "overlays").glob("*/kustomization.yaml"))
-NAMESPACE = "switchyard"
+NAMESPACE = "sortyard"
 WORKLOADS = ("Deployment", "StatefulSet")
 CHECKOV_VERSION = "3.3.30"
 """The checkov the slow test installs into its own venv (never into the project's extras)."""
@@ -75,8 +75,8 @@ class Rendered:
         return pod_spec(self.one(kind, name))["containers"][0]
 
     def policy(self) -> Policy:
-        text = self.one("ConfigMap", "switchyard-policy")["data"]["policy.yaml"]
-        return parse_policy(yaml.safe_load(text), f"{self.overlay}: ConfigMap switchyard-policy")
+        text = self.one("ConfigMap", "sortyard-policy")["data"]["policy.yaml"]
+        return parse_policy(yaml.safe_load(text), f"{self.overlay}: ConfigMap sortyard-policy")
 
 
 def rendered(overlay: str) -> Rendered:
@@ -124,11 +124,11 @@ def test_the_overlays_exist_and_render_into_one_namespace(r: Rendered) -> None:
 
 
 def test_gateway_runs_the_real_cli_with_probes_on_its_routes(r: Rendered) -> None:
-    gateway = r.one("Deployment", "switchyard-gateway")
+    gateway = r.one("Deployment", "sortyard-gateway")
     c = pod_spec(gateway)["containers"][0]
-    assert c["image"].startswith("switchyard/gateway:")  # the tag comes from the overlay
+    assert c["image"].startswith("sortyard/gateway:")  # the tag comes from the overlay
     args, rest = gateway_parser().parse_known_args(c["args"])
-    assert c["command"] == ["switchyard"] and args.command == "serve" and rest == []
+    assert c["command"] == ["sortyard"] and args.command == "serve" and rest == []
     assert args.workers == 1  # one worker a pod: the resources below are sized for one
     routes = (ROOT / "gateway" / "routes.py").read_text()
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz"), ("startupProbe", None)):
@@ -143,14 +143,14 @@ def test_gateway_runs_the_real_cli_with_probes_on_its_routes(r: Rendered) -> Non
     # the policy and the keys overlay are whole directories (never subPath): kubelet swaps their files
     assert Path(args.policy).parent == Path(mounts["policy"]["mountPath"])
     assert Path(args.overlay).parent == Path(mounts["keys"]["mountPath"])
-    assert volumes["policy"]["configMap"]["name"] == "switchyard-policy"
-    assert Path(args.policy).name in r.one("ConfigMap", "switchyard-policy")["data"]
-    assert volumes["keys"]["secret"]["secretName"].startswith("switchyard-keys")
+    assert volumes["policy"]["configMap"]["name"] == "sortyard-policy"
+    assert Path(args.policy).name in r.one("ConfigMap", "sortyard-policy")["data"]
+    assert volumes["keys"]["secret"]["secretName"].startswith("sortyard-keys")
     assert not any("subPath" in m for m in c["volumeMounts"])
 
 
 def test_engine_runs_the_real_server_with_probes_on_its_routes(r: Rendered) -> None:
-    engine = r.one("StatefulSet", "switchyard-engine")
+    engine = r.one("StatefulSet", "sortyard-engine")
     c = pod_spec(engine)["containers"][0]
     assert c["command"] == ["python3", "-m", "backends.server"]
     args = engine_args(c["args"])
@@ -164,7 +164,7 @@ def test_engine_runs_the_real_server_with_probes_on_its_routes(r: Rendered) -> N
     is_gpu = "nvidia.com/gpu" in c["resources"]["limits"]
     assert is_gpu == (r.overlay == "production")
     # the CUDA build on GPUs (deploy/docker/engine-cuda.Dockerfile), the CPU one elsewhere
-    assert c["image"].startswith("switchyard/engine-cuda:" if is_gpu else "switchyard/engine:")
+    assert c["image"].startswith("sortyard/engine-cuda:" if is_gpu else "sortyard/engine:")
     if is_gpu:
         assert args.device == "cuda" and c["resources"]["requests"]["nvidia.com/gpu"] == "1"
     else:
@@ -190,28 +190,28 @@ def test_every_container_is_locked_down_and_sized(r: Rendered) -> None:
                 assert {"cpu", "memory"} <= set(c["resources"][bound]), (where, bound)
             # what a read-only root leaves writable: only the volumes, /tmp and the caches among them
             mounted = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
-            for name in ("TMPDIR", "HOME", "XDG_CACHE_HOME", "SWITCHYARD_CACHE_DIR", "HF_HOME"):
+            for name in ("TMPDIR", "HOME", "XDG_CACHE_HOME", "SORTYARD_CACHE_DIR", "HF_HOME"):
                 value = env_of(c).get(name, {}).get("value")
                 if value is not None:
                     assert any(value == p or value.startswith(p + "/") for p in mounted), (where, name)
             for path, name in mounted.items():
-                if path in ("/tmp", "/var/cache/switchyard", "/cache", "/data", "/dev/shm"):
+                if path in ("/tmp", "/var/cache/sortyard", "/cache", "/data", "/dev/shm"):
                     assert "emptyDir" in volumes[name], (where, path)
 
 
 def test_gateway_resources_follow_the_benchmarks(r: Rendered) -> None:
     """One worker: about one core and ~100 MiB RSS (docs/benchmarks.md): request a core, limit two;
     request 256 MiB, limit 512 MiB."""
-    c = r.container("Deployment", "switchyard-gateway")
+    c = r.container("Deployment", "sortyard-gateway")
     assert c["resources"]["requests"] == {"cpu": "1", "memory": "256Mi"}
     assert c["resources"]["limits"] == {"cpu": "2", "memory": "512Mi"}
 
 
 def test_shutdown_outlasts_the_drain_and_updates_never_drop_capacity(r: Rendered) -> None:
-    gateway = r.one("Deployment", "switchyard-gateway")
+    gateway = r.one("Deployment", "sortyard-gateway")
     c = pod_spec(gateway)["containers"][0]
     env = env_of(c)
-    drain_s = float(env["SWITCHYARD_DRAIN_TIMEOUT_S"]["value"]) if "SWITCHYARD_DRAIN_TIMEOUT_S" in env else 0
+    drain_s = float(env["SORTYARD_DRAIN_TIMEOUT_S"]["value"]) if "SORTYARD_DRAIN_TIMEOUT_S" in env else 0
     drain_s = drain_s or Settings().drain_timeout_s
     prestop_s = c["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert prestop_s >= 3  # long enough for the endpoint removal to reach kube-proxy and ingresses
@@ -244,8 +244,8 @@ def test_the_policy_configmap_parses_and_points_at_the_engines(r: Rendered) -> N
                 service_name = host
             assert service_name in services, where
             assert port in [p["port"] for p in services[service_name]["spec"]["ports"]], where
-    engine = r.one("StatefulSet", "switchyard-engine")
-    assert used_pods == {f"switchyard-engine-{i}" for i in range(engine["spec"]["replicas"])}
+    engine = r.one("StatefulSet", "sortyard-engine")
+    assert used_pods == {f"sortyard-engine-{i}" for i in range(engine["spec"]["replicas"])}
     if r.overlay == "production":
         assert urlsplit(policy.pools["large"].replicas[0].base_url).hostname == "vllm"
         served = flag(r.container("Deployment", "vllm")["args"], "--served-model-name")
@@ -253,19 +253,19 @@ def test_the_policy_configmap_parses_and_points_at_the_engines(r: Rendered) -> N
 
 
 def test_env_names_are_read_by_the_programs(r: Rendered) -> None:
-    gateway = r.container("Deployment", "switchyard-gateway")
+    gateway = r.container("Deployment", "sortyard-gateway")
     policy = r.policy()
-    settings = {f"SWITCHYARD_{f.name.upper()}" for f in dataclasses.fields(Settings)}
+    settings = {f"SORTYARD_{f.name.upper()}" for f in dataclasses.fields(Settings)}
     named_by_policy = {policy.store.url_env, policy.cache.affinity.salt_secret_env}
     named_by_policy |= {
         rep.api_key_env for p in policy.pools.values() for rep in p.replicas if rep.api_key_env
     }
     env = env_of(gateway)
     assert set(env) <= settings | named_by_policy | {"TMPDIR"}, set(env) - settings - named_by_policy
-    for name in ("SWITCHYARD_REDIS_URL", "SWITCHYARD_CACHE_SALT_SECRET"):
+    for name in ("SORTYARD_REDIS_URL", "SORTYARD_CACHE_SALT_SECRET"):
         assert name in named_by_policy and "secretKeyRef" in env[name]["valueFrom"], name
     loadtest = {LOADTEST_ENV_PREFIX + f.name.upper() for f in dataclasses.fields(LoadTestConfig)}
-    for name in ("switchyard-locust-master", "switchyard-locust-worker"):
+    for name in ("sortyard-locust-master", "sortyard-locust-worker"):
         if name in r.kind("Deployment"):
             assert set(env_of(r.container("Deployment", name))) <= loadtest | {"HOME"}
 
@@ -329,7 +329,7 @@ def test_secrets_are_generated_in_dev_and_external_in_production(r: Rendered) ->
     if r.overlay == "production":
         # never committed: created with kubectl before the first apply (the overlay says how)
         assert not secrets
-        assert {name for name, _ in refs} == {"switchyard-gateway-secrets", "switchyard-keys"}
+        assert {name for name, _ in refs} == {"sortyard-gateway-secrets", "sortyard-keys"}
         return
     for name, key in refs:
         assert name in secrets, name
@@ -340,40 +340,40 @@ def test_dev_runs_one_of_each_with_an_in_cluster_redis_and_a_known_key() -> None
     import base64
 
     r = rendered("dev")
-    assert r.one("Deployment", "switchyard-gateway")["spec"]["replicas"] == 1
-    assert r.one("StatefulSet", "switchyard-engine")["spec"]["replicas"] == 1
+    assert r.one("Deployment", "sortyard-gateway")["spec"]["replicas"] == 1
+    assert r.one("StatefulSet", "sortyard-engine")["spec"]["replicas"] == 1
     assert not r.kind("HorizontalPodAutoscaler") and not r.kind("ServiceMonitor")
     secrets = r.kind("Secret")
-    (gateway_secrets,) = [s for n, s in secrets.items() if n.startswith("switchyard-gateway-secrets")]
+    (gateway_secrets,) = [s for n, s in secrets.items() if n.startswith("sortyard-gateway-secrets")]
     url = urlsplit(base64.b64decode(gateway_secrets["data"]["redis-url"]).decode())
-    redis = r.one("Service", "switchyard-redis")
-    assert url.scheme == "redis" and url.hostname == "switchyard-redis"
+    redis = r.one("Service", "sortyard-redis")
+    assert url.scheme == "redis" and url.hostname == "sortyard-redis"
     assert url.port == redis["spec"]["ports"][0]["port"]
-    overlay = yaml.safe_load(base64.b64decode(secrets["switchyard-keys"]["data"]["local.yaml"]))
+    overlay = yaml.safe_load(base64.b64decode(secrets["sortyard-keys"]["data"]["local.yaml"]))
     policy = parse_policy(
-        merge(yaml.safe_load(r.one("ConfigMap", "switchyard-policy")["data"]["policy.yaml"]), overlay), "dev"
+        merge(yaml.safe_load(r.one("ConfigMap", "sortyard-policy")["data"]["policy.yaml"]), overlay), "dev"
     )
     assert policy.auth.required and len(policy.keys) == 1
     # the load test's key is the one whose hash the dev overlay holds
     lt = rendered("loadtest")
-    (key_secret,) = [s for n, s in lt.kind("Secret").items() if n.startswith("switchyard-loadtest")]
+    (key_secret,) = [s for n, s in lt.kind("Secret").items() if n.startswith("sortyard-loadtest")]
     key = base64.b64decode(key_secret["data"]["key"])
     assert hashlib.sha256(key).hexdigest() == policy.keys[0].sha256
 
 
 def test_production_scales_and_survives_disruptions() -> None:
     r = rendered("production")
-    gateway = r.one("Deployment", "switchyard-gateway")
+    gateway = r.one("Deployment", "sortyard-gateway")
     assert "replicas" not in gateway["spec"]  # the HPA owns it; an apply would reset it otherwise
-    hpa = r.one("HorizontalPodAutoscaler", "switchyard-gateway")
+    hpa = r.one("HorizontalPodAutoscaler", "sortyard-gateway")
     assert hpa["spec"]["minReplicas"] >= 3 and hpa["spec"]["maxReplicas"] > hpa["spec"]["minReplicas"]
     (metric,) = hpa["spec"]["metrics"]
     assert metric["resource"]["name"] == "cpu"
-    assert r.one("PodDisruptionBudget", "switchyard-gateway")["spec"]["maxUnavailable"] == 1
-    assert r.one("PodDisruptionBudget", "switchyard-engine")
-    assert r.one("ServiceMonitor", "switchyard-gateway")["apiVersion"] == "monitoring.coreos.com/v1"
-    assert r.one("StatefulSet", "switchyard-engine")["spec"]["replicas"] >= 2
-    assert "switchyard-redis" not in r.kind("Deployment")  # Redis is external: a URL in a Secret
+    assert r.one("PodDisruptionBudget", "sortyard-gateway")["spec"]["maxUnavailable"] == 1
+    assert r.one("PodDisruptionBudget", "sortyard-engine")
+    assert r.one("ServiceMonitor", "sortyard-gateway")["apiVersion"] == "monitoring.coreos.com/v1"
+    assert r.one("StatefulSet", "sortyard-engine")["spec"]["replicas"] >= 2
+    assert "sortyard-redis" not in r.kind("Deployment")  # Redis is external: a URL in a Secret
     vllm = r.container("Deployment", "vllm")
     assert vllm["image"].startswith("vllm/vllm-openai:") and "nvidia.com/gpu" in vllm["resources"]["limits"]
     for overlay in OVERLAYS:
@@ -383,15 +383,15 @@ def test_production_scales_and_survives_disruptions() -> None:
 
 def test_locust_master_and_workers_aim_at_the_gateway() -> None:
     r = rendered("loadtest")
-    master = r.container("Deployment", "switchyard-locust-master")
-    worker = r.container("Deployment", "switchyard-locust-worker")
+    master = r.container("Deployment", "sortyard-locust-master")
+    worker = r.container("Deployment", "sortyard-locust-worker")
     assert (ROOT / flag(master["args"], "-f")).is_file() and flag(worker["args"], "-f") == flag(
         master["args"], "-f"
     )
     assert "--master" in master["args"] and "--worker" in worker["args"]
     host = urlsplit(flag(master["args"], "--host"))
-    gateway = r.one("Service", "switchyard-gateway")
-    assert host.hostname == "switchyard-gateway" and host.port == gateway["spec"]["ports"][0]["port"]
+    gateway = r.one("Service", "sortyard-gateway")
+    assert host.hostname == "sortyard-gateway" and host.port == gateway["spec"]["ports"][0]["port"]
     master_service = r.one("Service", flag(worker["args"], "--master-host"))
     ports = {p["name"]: p["port"] for p in master_service["spec"]["ports"]}
     assert int(flag(worker["args"], "--master-port")) == ports["master"] == 5557
@@ -413,7 +413,7 @@ def test_checkov_skips_each_carry_a_reason() -> None:
 def _checkov() -> Path:
     """checkov in its own venv under the user's cache folder, installed on first use (~25 s); a stamp
     written after the install marks it complete, so an interrupted one is redone."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "switchyard"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sortyard"
     venv = cache / "checkov-venv"
     stamp = venv / f"installed-checkov-{CHECKOV_VERSION}"
     if not stamp.exists():

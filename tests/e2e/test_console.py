@@ -1,7 +1,7 @@
 """The console in a real browser: Playwright drives Debian's Chromium against a real gateway on loopback in
 front of the fake upstream. Each test works one tab as an admin would and asserts what the page shows;
 every wait is for a condition on the page (Playwright's ``expect``), never a guessed sleep. A screenshot
-of each tab is kept in ``tests/artifacts/console/`` (git-ignored; ``SWITCHYARD_ARTIFACTS_DIR`` moves it).
+of each tab is kept in ``tests/artifacts/console/`` (git-ignored; ``SORTYARD_ARTIFACTS_DIR`` moves it).
 """
 
 from __future__ import annotations
@@ -110,12 +110,12 @@ def test_a_key_that_is_not_an_admin_key_is_refused(browser: Any, gateway: Gatewa
     context = browser.new_context()
     page = context.new_page()
     page.goto(gateway.url + "/console")
-    expect(page.locator("h1")).to_contain_text("Switchyard")
+    expect(page.locator("h1")).to_contain_text("Sortyard")
     page.fill("#admin-key", USER)
     page.click("#signin-button")
     expect(page.locator("#signin-error")).to_have_text("The console's endpoints need an admin key.")
     expect(page.locator("#tabs")).to_be_hidden()
-    assert page.evaluate("sessionStorage.getItem('switchyard.adminKey')") is None
+    assert page.evaluate("sessionStorage.getItem('sortyard.adminKey')") is None
     context.close()
 
 
@@ -257,12 +257,12 @@ def test_signing_out_forgets_the_key_and_what_the_page_showed(page: Any) -> None
 
     page.click('#tabs button[data-tab="keys"]')
     expect(page.locator('#keys-table tr[data-key="root"]')).to_be_visible()
-    assert page.evaluate("sessionStorage.getItem('switchyard.adminKey')") == ADMIN
+    assert page.evaluate("sessionStorage.getItem('sortyard.adminKey')") == ADMIN
     page.click("#signout")
     expect(page.locator("#signin")).to_be_visible()
     expect(page.locator("#tabs")).to_be_hidden()
     expect(page.locator("#keys-table tbody tr")).to_have_count(0)
-    assert page.evaluate("sessionStorage.getItem('switchyard.adminKey')") is None
+    assert page.evaluate("sessionStorage.getItem('sortyard.adminKey')") is None
     page.reload()  # nothing kept: the page asks for a key again
     expect(page.locator("#signin")).to_be_visible()
     expect(page.locator("#panels")).to_be_hidden()

@@ -99,8 +99,8 @@ def test_gateway_run_with_the_local_engine(tmp_path: Path) -> None:
         routed = client.chat.completions.with_raw_response.create(
             model="auto", max_tokens=4, messages=[{"role": "user", "content": "hi!"}]
         )
-        assert routed.headers["x-switchyard-pool"] in ("small", "medium", "large")
-        assert routed.headers["x-switchyard-route-reason"].startswith("learned")
+        assert routed.headers["x-sortyard-pool"] in ("small", "medium", "large")
+        assert routed.headers["x-sortyard-route-reason"].startswith("learned")
         # the second model of the one engine process: Gemma 3 270M (base) for completions
         gemma = client.completions.create(
             model="gemma3-270m",
@@ -131,6 +131,6 @@ def test_gateway_run_with_the_local_engine(tmp_path: Path) -> None:
     assert not any(" WARNING " in line or "Loading weights" in line for line in chatter), "".join(chatter)
     assert any("engine ready" in line for line in lines[: num_at_start - 3])
     assert any("Uvicorn running on" in line for line in lines[: num_at_start - 3])
-    assert lines[num_at_start - 3].startswith(f"Switchyard is ready on http://127.0.0.1:{gateway_port}")
+    assert lines[num_at_start - 3].startswith(f"Sortyard is ready on http://127.0.0.1:{gateway_port}")
     access_log = [json.loads(line) for line in (tmp_path / ".local" / "access.log").read_text().splitlines()]
     assert {"chat", "text_completion", "embeddings"} <= {entry["endpoint"] for entry in access_log}

@@ -1,6 +1,6 @@
 """One trace across two processes: client -> gateway (subprocess) -> reference engine (subprocess).
 
-Each process writes its finished spans as JSON lines (``SWITCHYARD_TEST_SPAN_FILE``, the test-only
+Each process writes its finished spans as JSON lines (``SORTYARD_TEST_SPAN_FILE``, the test-only
 exporter); the test joins them and checks the tree, the names, the attributes and the one trace id.
 """
 
@@ -74,12 +74,12 @@ def test_one_trace_through_gateway_and_engine(tmp_path: Path) -> None:
             "store": {"url_env": None},
         },
     )
-    common = {"SWITCHYARD_ACCESS_LOG": "0", "OTEL_TRACES_EXPORTER": "none"}
+    common = {"SORTYARD_ACCESS_LOG": "0", "OTEL_TRACES_EXPORTER": "none"}
     engine = _start(
         ["-m", "backends.server", "--model", str(model_dir), "--served-model-name", "tiny",
          "--port", str(engine_port), "--max-model-len", "256", "--kv-cache-bytes", str(4 << 20),
          "--num-threads", "1", "--embedding-model", "none", "--log-level", "warning"],
-        {**common, "SWITCHYARD_TEST_SPAN_FILE": str(engine_spans), "SWITCHYARD_TRACE_SAMPLING_RATIO": "0"},
+        {**common, "SORTYARD_TEST_SPAN_FILE": str(engine_spans), "SORTYARD_TRACE_SAMPLING_RATIO": "0"},
     )  # fmt: skip
     gateway = _start(
         [
@@ -93,7 +93,7 @@ def test_one_trace_through_gateway_and_engine(tmp_path: Path) -> None:
             "--log-level",
             "warning",
         ],
-        {**common, "SWITCHYARD_TEST_SPAN_FILE": str(gateway_spans), "SWITCHYARD_TRACE_SAMPLING_RATIO": "1"},
+        {**common, "SORTYARD_TEST_SPAN_FILE": str(gateway_spans), "SORTYARD_TRACE_SAMPLING_RATIO": "1"},
     )
     try:
         _wait_ok(f"http://127.0.0.1:{engine_port}/ready", engine, 120)
@@ -127,8 +127,8 @@ def test_one_trace_through_gateway_and_engine(tmp_path: Path) -> None:
 
     gw, en = _spans(gateway_spans), _spans(engine_spans)
     assert {s["trace_id"] for s in gw + en} == {CALLER_TRACE}  # one trace across both processes
-    assert {s["service"] for s in gw} == {"switchyard-gateway"}
-    assert {s["service"] for s in en} == {"switchyard-engine"}
+    assert {s["service"] for s in gw} == {"sortyard-gateway"}
+    assert {s["service"] for s in en} == {"sortyard-engine"}
     by_id = {s["span_id"]: s for s in gw + en}
 
     def parent(span: dict[str, Any]) -> dict[str, Any] | None:
@@ -140,7 +140,7 @@ def test_one_trace_through_gateway_and_engine(tmp_path: Path) -> None:
     assert gw_server["parent_span_id"] == "00f067aa0ba902b7"
     assert gw_server["attributes"][sc.GEN_AI_REQUEST_MODEL] == "gpt-4o-mini"
     assert gw_server["attributes"][sc.GEN_AI_USAGE_OUTPUT_TOKENS] > 0
-    stages = [s for s in gw if s["name"].startswith("switchyard.")]
+    stages = [s for s in gw if s["name"].startswith("sortyard.")]
     assert stages and all(parent(s) is gw_server for s in stages)
     [gw_client] = [s for s in gw if s["kind"] == "CLIENT"]
     assert gw_client["name"] == "chat tiny"

@@ -70,5 +70,5 @@ def test_a_redis_backed_gateway_does_not_import_redis_py(redis_flushed: str) -> 
 
         asyncio.run(main())
         """,
-        SWITCHYARD_REDIS_URL=redis_flushed,
+        SORTYARD_REDIS_URL=redis_flushed,
     )

@@ -41,7 +41,7 @@ def test_reload_adopts_good_files_and_refuses_bad_ones(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sighup_reloads_a_running_gateway(tmp_path: Path) -> None:
     path = write_policy(tmp_path / "p.yaml", fake_policy("http://127.0.0.1:1/v1"))
-    proc = GatewayProcess(path, env={"SWITCHYARD_RELOAD_INTERVAL_S": "3600"}).wait_ready()
+    proc = GatewayProcess(path, env={"SORTYARD_RELOAD_INTERVAL_S": "3600"}).wait_ready()
     try:
         path.write_text(path.read_text().replace("gpt-4o-mini", "gpt-after-hup"))
         assert load_policy(path).pool_for_model("gpt-after-hup") == "small"

@@ -186,13 +186,13 @@ def test_a_cache_hit_is_compressed_like_a_miss(gateway: GatewayServer) -> None:
     _, miss_headers, miss = _post(gateway, cacheable, "br")
     gateway.settle()  # the miss is stored after its last byte
     _, hit_headers, hit = _post(gateway, cacheable, "gzip")
-    assert (miss_headers["x-switchyard-cache"], hit_headers["x-switchyard-cache"]) == ("miss", "hit")
+    assert (miss_headers["x-sortyard-cache"], hit_headers["x-sortyard-cache"]) == ("miss", "hit")
     assert (miss_headers["content-encoding"], hit_headers["content-encoding"]) == ("br", "gzip")
     assert hit_headers["vary"] == "accept-encoding"
     assert int(hit_headers["content-length"]) == len(hit)
     assert gzip.decompress(hit) == brotli.decompress(miss)
     _, identity_headers, plain = _post(gateway, cacheable, None)
-    assert identity_headers["x-switchyard-cache"] == "hit" and "content-encoding" not in identity_headers
+    assert identity_headers["x-sortyard-cache"] == "hit" and "content-encoding" not in identity_headers
     assert plain == gzip.decompress(hit)
 
 

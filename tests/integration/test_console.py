@@ -76,7 +76,7 @@ def test_the_page_is_served_without_a_key(gateway: GatewayServer) -> None:
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
     assert "default-src 'none'" in response.headers["content-security-policy"]
-    assert "<title>Switchyard console</title>" in response.text
+    assert "<title>Sortyard console</title>" in response.text
     assert ADMIN not in response.text and hash_key(ADMIN) not in response.text
 
 
@@ -133,8 +133,8 @@ def test_route_explain_answers_as_the_classifier_routes(gateway: GatewayServer) 
         USER,
         json={"model": "auto", "messages": [{"role": "user", "content": PROMPT}]},
     )
-    assert routed.headers["x-switchyard-pool"] == answer["pool"]
-    assert routed.headers["x-switchyard-route-reason"] == answer["reason"]
+    assert routed.headers["x-sortyard-pool"] == answer["pool"]
+    assert routed.headers["x-sortyard-route-reason"] == answer["reason"]
 
 
 @pytest.mark.parametrize(

@@ -33,10 +33,10 @@ MESSAGES: Any = [{"role": "user", "content": "hi"}]
 def replicas(
     tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[GatewayServer, GatewayServer]]:
-    monkeypatch.setenv("SWITCHYARD_REDIS_URL", request.getfixturevalue("redis_flushed"))
+    monkeypatch.setenv("SORTYARD_REDIS_URL", request.getfixturevalue("redis_flushed"))
     upstream = FakeUpstream().start()
     document = fake_policy(upstream.base_url)
-    document["store"] = {"url_env": "SWITCHYARD_REDIS_URL", "timeout_s": 2.0}
+    document["store"] = {"url_env": "SORTYARD_REDIS_URL", "timeout_s": 2.0}
     document["auth"] = {"required": True}
     document["keys"] = [
         {"sha256": hash_key(ROOT), "tenant": "ops", "name": "root", "admin": True},

@@ -86,7 +86,7 @@ def test_a_plain_response_names_the_asked_model_and_is_accounted(
     assert response.id == RESPONSE_ID and response.output_text == TEXT
     assert response.model == "gpt-4o-mini"  # the alias, not the served name
     assert response.usage is not None and response.usage.input_tokens == RESPONSE_USAGE[0]
-    assert raw.headers["x-switchyard-pool"] == "small"
+    assert raw.headers["x-sortyard-pool"] == "small"
     assert raw.headers["x-ratelimit-limit-tokens"] == "5000"
     sent = upstream.requests[-1]
     assert sent["model"] == "echo" and sent["instructions"] == "Be brief." and "stream_options" not in sent
@@ -137,10 +137,10 @@ def test_keys_and_token_limits_apply(gateway: GatewayServer) -> None:
 
 def test_auto_routes_by_the_input(client: openai.OpenAI) -> None:
     raw = client.responses.with_raw_response.create(model="auto", input="please prove it")
-    assert raw.headers["x-switchyard-pool"] == "big"
+    assert raw.headers["x-sortyard-pool"] == "big"
     items: Any = [{"role": "user", "content": [{"type": "input_text", "text": "just say hi"}]}]
     raw = client.responses.with_raw_response.create(model="auto", input=items)
-    assert raw.headers["x-switchyard-pool"] == "small"
+    assert raw.headers["x-sortyard-pool"] == "small"
 
 
 def test_a_failed_attempt_is_retried_before_the_first_byte(
@@ -160,7 +160,7 @@ def test_responses_are_never_cached(client: openai.OpenAI, upstream: FakeUpstrea
     since = len(upstream.requests)
     for _ in range(2):
         raw = client.responses.with_raw_response.create(model="small", input="same", temperature=0)
-        assert "x-switchyard-cache" not in raw.headers
+        assert "x-sortyard-cache" not in raw.headers
     assert len(upstream.requests) - since == 2
 
 

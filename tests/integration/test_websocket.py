@@ -185,7 +185,9 @@ def test_a_duplicate_open_id_is_refused_and_cancel_aborts_the_upstream(
     assert all(s.outstanding == 0 for s in gateway.gateway.balancer.all_replicas())
 
 
-@pytest.mark.parametrize("header", [f"Bearer {new_key()}", "Basic dXNlcjpwYXNz"])
+@pytest.mark.parametrize(
+    "header", [f"Bearer {new_key()}", "Basic dXNlcjpwYXNz"], ids=["unknown-bearer", "basic"]
+)
 def test_a_bad_key_on_the_upgrade_closes_with_4401(gateway: GatewayServer, header: str) -> None:
     ws = connect(
         f"ws://127.0.0.1:{gateway.port}/v1/ws", additional_headers={"Authorization": header}, proxy=None

@@ -1,5 +1,5 @@
 """A distributed load test: ``loadtests/run.py --processes 2`` (a Locust master and two workers) through a
-real gateway (``switchyard run --no-engine``) on the fake upstream. The master's summary must count
+real gateway (``sortyard run --no-engine``) on the fake upstream. The master's summary must count
 every request of both workers: each worker made requests, the per-worker counts add up to the CSV's
 total, and that total is what the upstream received.
 """

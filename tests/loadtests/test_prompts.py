@@ -38,12 +38,12 @@ def test_config_from_env() -> None:
     assert LoadTestConfig.from_env({}) == LoadTestConfig()
     config = LoadTestConfig.from_env(
         {
-            "SWITCHYARD_LOADTEST_KEY": "sk-a",
-            "SWITCHYARD_LOADTEST_LIMITED_KEY": "sk-b",
-            "SWITCHYARD_LOADTEST_MAX_TOKENS": "8",
-            "SWITCHYARD_LOADTEST_SHAPE": "burst",
+            "SORTYARD_LOADTEST_KEY": "sk-a",
+            "SORTYARD_LOADTEST_LIMITED_KEY": "sk-b",
+            "SORTYARD_LOADTEST_MAX_TOKENS": "8",
+            "SORTYARD_LOADTEST_SHAPE": "burst",
         }
     )
     assert (config.key, config.limited_key, config.max_tokens, config.shape) == ("sk-a", "sk-b", 8, "burst")
-    assert LoadTestConfig.from_env({"SWITCHYARD_LOADTEST_LIMITED_KEY": ""}).limited_key is None
+    assert LoadTestConfig.from_env({"SORTYARD_LOADTEST_LIMITED_KEY": ""}).limited_key is None
     assert set(REQUEST_NAMES) == set(USER_CLASSES)

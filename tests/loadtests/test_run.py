@@ -17,7 +17,7 @@ from tests.loadtests.locust_csv import SAMPLE_ROWS, write_stats
 def test_export_lines_and_host() -> None:
     lines = [
         "INFO: started\n",
-        "Switchyard is ready on http://127.0.0.1:8000. Paste into a shell:\n",
+        "Sortyard is ready on http://127.0.0.1:8000. Paste into a shell:\n",
         "export OPENAI_BASE_URL=http://127.0.0.1:8000/v1\n",
         "export OPENAI_API_KEY=sk-sy-abc=\n",
     ]

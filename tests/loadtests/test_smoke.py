@@ -1,6 +1,6 @@
 """The 30-second load-test smoke run: ``loadtests/run.py`` as ``make loadtest`` runs it, minus the engine.
 
-run.py starts ``switchyard run --no-engine`` on a policy whose pools are the fast fake upstream
+run.py starts ``sortyard run --no-engine`` on a policy whose pools are the fast fake upstream
 (in this process), adds its over-limit key, reads the key from the printed export line, runs Locust
 headless for 30 s with 8 users of every class, and stops the gateway. The run must show no
 unexpected failures, every user class must have made requests, and the over-limit user's 429s
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 
 def cost_main(argv: list[str]) -> int:
-    """``switchyard cost ...`` in-process."""
+    """``sortyard cost ...`` in-process."""
     return main(["cost", *argv])
 
 
@@ -68,7 +68,7 @@ def test_thirty_second_load_test_has_no_unexpected_failures(
     command += ["--port", str(free_port()), "--duration", "30s", "--users", "8", "--shape", "steady"]
     command += ["--name", "smoke", "--results-dir", str(results), "--stop-timeout", "10s"]
     command += ["--start-timeout", "60", "--max-tokens", "16"]
-    # cwd: where `switchyard run` keeps its dev key (.local/dev-key), never the repository's
+    # cwd: where `sortyard run` keeps its dev key (.local/dev-key), never the repository's
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=150)
     output = done.stdout[-4000:] + done.stderr[-4000:]
 

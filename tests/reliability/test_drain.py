@@ -1,8 +1,8 @@
-"""Rollouts that lose nothing: SIGTERM to a real ``switchyard serve`` process.
+"""Rollouts that lose nothing: SIGTERM to a real ``sortyard serve`` process.
 
 The sequence (``gateway/cli/serve.py``): ``/readyz`` answers 503 ``draining`` at once while the process
-still serves; connections are still taken for ``SWITCHYARD_DRAIN_DELAY_S``; then the port closes,
-open streams finish up to ``SWITCHYARD_DRAIN_TIMEOUT_S`` (or are cut there), every request is settled
+still serves; connections are still taken for ``SORTYARD_DRAIN_DELAY_S``; then the port closes,
+open streams finish up to ``SORTYARD_DRAIN_TIMEOUT_S`` (or are cut there), every request is settled
 (its usage reaches the store, here a real Redis read after the process is gone), and the process
 exits 0.
 """
@@ -87,12 +87,12 @@ def _start(
 ) -> tuple[GatewayProcess, Path]:
     document = fake_policy(upstream.base_url)
     document["timeouts"] = {"connect_s": 1, "first_byte_s": 5, "idle_s": 5, "total_s": 60}
-    document["store"] = {"url_env": "SWITCHYARD_REDIS_URL"}  # the ledger outlives the process
+    document["store"] = {"url_env": "SORTYARD_REDIS_URL"}  # the ledger outlives the process
     path = write_policy(tmp_path / "policy.yaml", document)
     env = {
-        "SWITCHYARD_REDIS_URL": redis_url,
-        "SWITCHYARD_DRAIN_DELAY_S": str(delay_s),
-        "SWITCHYARD_DRAIN_TIMEOUT_S": str(timeout_s),
+        "SORTYARD_REDIS_URL": redis_url,
+        "SORTYARD_DRAIN_DELAY_S": str(delay_s),
+        "SORTYARD_DRAIN_TIMEOUT_S": str(timeout_s),
     }
     return GatewayProcess(path, env=env).wait_ready(), path
 
@@ -108,7 +108,7 @@ def _open_streams(url: str) -> list[_Stream]:
 
 def _settled_requests(policy_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> int:
     """Requests in this month's ledger, read from Redis by a store of our own."""
-    monkeypatch.setenv("SWITCHYARD_REDIS_URL", redis_url)  # the policy's store.url_env
+    monkeypatch.setenv("SORTYARD_REDIS_URL", redis_url)  # the policy's store.url_env
 
     async def read() -> int:
         store = build_store(load_policy(str(policy_path)))

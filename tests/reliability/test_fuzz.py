@@ -1,7 +1,7 @@
 """Property-based fuzzing (hypothesis) of the two parsers that read foreign bytes: the SSE relay
 (what an upstream streams) and the policy loader (what an operator writes).
 
-CI runs a bounded, derandomized number of examples (seconds); ``SWITCHYARD_FUZZ_EXAMPLES=20000`` runs
+CI runs a bounded, derandomized number of examples (seconds); ``SORTYARD_FUZZ_EXAMPLES=20000`` runs
 a longer, random campaign locally.
 """
 
@@ -20,7 +20,7 @@ from gateway.policy import Policy, PolicyError, parse_policy
 from gateway.sse import SSERelay, model_rewriter
 
 REPO = Path(__file__).resolve().parents[2]
-_LONG = os.environ.get("SWITCHYARD_FUZZ_EXAMPLES")
+_LONG = os.environ.get("SORTYARD_FUZZ_EXAMPLES")
 FUZZ = settings(
     max_examples=int(_LONG) if _LONG else 300,
     derandomize=not _LONG,  # CI: the same examples every run; a finding is a bug, never a flake

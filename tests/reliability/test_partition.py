@@ -2,7 +2,7 @@
 
 Five network namespaces on one bridge (tests/support/netns.py): ``redis`` (a real redis-server bound to
 its address), ``engine`` (the fake upstream), ``gw1`` and ``gw2`` (``python -m gateway serve``, one
-policy, ``SWITCHYARD_REDIS_URL`` pointing at ``redis``). This process is the client, from the bridge.
+policy, ``SORTYARD_REDIS_URL`` pointing at ``redis``). This process is the client, from the bridge.
 Every phase uses a key of its own (a 60 s window would carry one phase's count into the next), all with
 ``requests_per_minute: N`` (credit is granted: N >= 64), a concurrency limit and a budget:
 
@@ -46,7 +46,7 @@ from tests.support.redis_server import find_redis_binary
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-HOLD_S = float(os.environ.get("SWITCHYARD_PARTITION_HOLD_S", "0"))
+HOLD_S = float(os.environ.get("SORTYARD_PARTITION_HOLD_S", "0"))
 """How long the cut lasts after its requests (measure recovery after long partitions)."""
 N = 80
 """Each phase key's requests per minute (credit is granted on limits of 64 and more)."""
@@ -64,7 +64,7 @@ PROMPT, COMPLETION = 11, 6
 PHASES = ("healthy", "cut", "healed")
 KEYS = {name: new_key() for name in (*PHASES, "probe", "admin")}
 BODY = {"model": "small", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
-_FALLBACKS = re.compile(r'^switchyard_store_fallbacks_total\{reason="(\w+)"\} ([0-9.e+]+)$', re.M)
+_FALLBACKS = re.compile(r'^sortyard_store_fallbacks_total\{reason="(\w+)"\} ([0-9.e+]+)$', re.M)
 
 
 def _engine_main(host: str, port: int) -> None:
@@ -105,7 +105,7 @@ def _policy(path: Path, engine_url: str, mode: str) -> Path:
         "auth": {"required": True},
         "keys": [*(key(name) for name in PHASES), probe, admin],
         "retry": {"max_attempts": 1},
-        "store": {"url_env": "SWITCHYARD_REDIS_URL", "on_failure": mode, "timeout_s": TIMEOUT_S},
+        "store": {"url_env": "SORTYARD_REDIS_URL", "on_failure": mode, "timeout_s": TIMEOUT_S},
         # only the limits store talks to Redis: every Redis wait a request has is the admit's
         "cache": {"response": {"enabled": False}, "affinity": {"enabled": False}},
         "telemetry": {"access_log": False},
@@ -192,8 +192,8 @@ def cluster(netns_ok: None, tmp_path: Path, request: pytest.FixtureRequest) -> I
             policy = _policy(tmp_path / "policy.yaml", f"http://{engine}:{ENGINE_PORT}/v1", mode)
             env = {
                 **_environ(),
-                "SWITCHYARD_REDIS_URL": f"redis://{net.address('redis')}:6379/0",
-                "SWITCHYARD_CACHE_SALT_SECRET": "partition-test",
+                "SORTYARD_REDIS_URL": f"redis://{net.address('redis')}:6379/0",
+                "SORTYARD_CACHE_SALT_SECRET": "partition-test",
             }
             for name in ("gw1", "gw2"):
                 start(
@@ -217,8 +217,8 @@ def cluster(netns_ok: None, tmp_path: Path, request: pytest.FixtureRequest) -> I
 
 
 def _environ() -> dict[str, str]:
-    # the gateways take their settings from SWITCHYARD_* variables: none of this process's may leak in
-    return {name: value for name, value in os.environ.items() if not name.startswith("SWITCHYARD_")}
+    # the gateways take their settings from SORTYARD_* variables: none of this process's may leak in
+    return {name: value for name, value in os.environ.items() if not name.startswith("SORTYARD_")}
 
 
 # ---- the client ------------------------------------------------------------------------------------
@@ -271,7 +271,7 @@ def _statuses(answers: list[Answer], url: str | None = None) -> Counter[int]:
 
 
 def _fallbacks(url: str) -> dict[str, float]:
-    """``switchyard_store_fallbacks_total`` by reason (admit, settle) of one gateway."""
+    """``sortyard_store_fallbacks_total`` by reason (admit, settle) of one gateway."""
     text = httpx.get(url + "/metrics", timeout=10.0).text
     return {reason: float(value) for reason, value in _FALLBACKS.findall(text)}
 

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.slow
 
 KEY = "sk-sy-faults-0123456789abcdef0123456789abcdef"
 """The clients' key (a constant: the client process imports this module afresh)."""
-URL_ENV = "SWITCHYARD_TEST_FAULTS_REDIS_URL"
+URL_ENV = "SORTYARD_TEST_FAULTS_REDIS_URL"
 MAX_CONCURRENT = 64
 NUM_CLIENTS = 24
 LEASES = "sy:{t:acme}:conc:key:k"
@@ -228,7 +228,7 @@ def _requests_of_key(report: UsageReport) -> int:
 
 def _fallback_admits(server: GatewayServer) -> float:
     value = server.gateway.metrics.registry.get_sample_value(
-        "switchyard_store_fallbacks_total", {"reason": "admit"}
+        "sortyard_store_fallbacks_total", {"reason": "admit"}
     )
     return value or 0.0
 

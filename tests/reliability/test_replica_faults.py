@@ -175,14 +175,14 @@ def test_one_of_two_replicas_killed_under_load(tmp_path: Path) -> None:
         assert all(stream.status == 200 and "error" not in "".join(stream.events) for stream in going)
 
         samples = _samples(gateway)
-        requests = "switchyard_requests_total"
+        requests = "sortyard_requests_total"
         assert _total(samples, requests, pool="duo", status="200") == len(statuses)
         assert _total(samples, requests, pool="duo") == len(statuses)  # no other status
         # every stream's client saw 200 (a client that leaves a stream is no failure either)
         assert _total(samples, requests, pool="streams", status="200") == len(cut) + len(going)
         assert _total(samples, requests, pool="streams") == len(cut) + len(going)
-        assert _total(samples, "switchyard_stream_errors_total", pool="streams") == len(cut)
-        errors = "switchyard_upstream_errors_total"
+        assert _total(samples, "sortyard_stream_errors_total", pool="streams") == len(cut)
+        errors = "sortyard_upstream_errors_total"
         assert _total(samples, errors, pool="streams") == len(cut)
         # every failed attempt was retried, and each one counts (on the victim, and on the live
         # replica should a loaded machine stall one of its attempts too)
@@ -231,8 +231,8 @@ def test_long_plain_generations_do_not_open_breakers(tmp_path: Path) -> None:
         states = {state for pool, _label, state in breakers if pool == "patient"}
         assert states == {"closed"}
         samples = _samples(gateway)
-        assert _total(samples, "switchyard_requests_total", pool="patient", status="200") == 11
-        assert _total(samples, "switchyard_upstream_errors_total", pool="patient") == 0
+        assert _total(samples, "sortyard_requests_total", pool="patient", status="200") == 11
+        assert _total(samples, "sortyard_upstream_errors_total", pool="patient") == 0
     finally:
         gateway.stop()
         for replica in replicas:

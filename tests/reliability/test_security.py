@@ -50,7 +50,7 @@ def test_keys_never_reach_logs_access_logs_spans_or_metrics(
     exporter = InMemorySpanExporter()
     lines: list[bytes] = []
     guarded.app.observer = Observer(GatewayTracer(exporter, export_each=True), AccessLog(lines.append))
-    guarded.compile_with({"SWITCHYARD_TRACE_SAMPLING_RATIO": "1", "SWITCHYARD_CAPTURE_CONTENT": "1"})
+    guarded.compile_with({"SORTYARD_TRACE_SAMPLING_RATIO": "1", "SORTYARD_CAPTURE_CONTENT": "1"})
     wrong = "sk-not-a-key-" + "z" * 20
     for key, model in ((USER, "small"), (USER, "fail"), (wrong, "small")):
         httpx.post(guarded.url + "/v1/chat/completions", json={**CHAT, "model": model}, headers=_auth(key))

@@ -254,10 +254,10 @@ def test_gateway_keeps_the_contract(http: httpx.Client, gateway_url: str, row: R
     response = post(http, gateway_url, row)
     if row.accepted:  # through to the engine and back: the engine took what the gateway let through
         assert response.status_code == 200, response.text[:300]
-        assert response.headers["x-switchyard-pool"]
+        assert response.headers["x-sortyard-pool"]
     else:
         assert_refusal(response, row.field)
-        assert "x-switchyard-pool" not in response.headers  # refused before routing: not the engine's 400
+        assert "x-sortyard-pool" not in response.headers  # refused before routing: not the engine's 400
 
 
 @pytest.mark.parametrize("row", CAPABILITIES, ids=lambda row: row.id)
@@ -266,5 +266,5 @@ def test_what_the_engine_does_not_serve_is_relayed_as_its_400(
 ) -> None:
     from_engine = assert_refusal(post(http, engine_url, row), row.field)
     through_gateway = post(http, gateway_url, row)
-    assert through_gateway.headers["x-switchyard-pool"]  # the gateway accepted it and asked the engine
+    assert through_gateway.headers["x-sortyard-pool"]  # the gateway accepted it and asked the engine
     assert assert_refusal(through_gateway, row.field) == from_engine

@@ -3,8 +3,8 @@
 Playwright's own browser download needs the internet, so it is never used: the tests launch the
 system's ``chromium`` (``apt-get install chromium``; ``make browser`` does it as root) through
 ``executable_path``. Where Playwright or Chromium is missing, the browser tests skip and say which;
-with ``SWITCHYARD_REQUIRE_BROWSER=1`` (``.ci/run`` sets it) they fail instead, so CI never passes
-without having run them. ``SWITCHYARD_CHROMIUM`` names another binary.
+with ``SORTYARD_REQUIRE_BROWSER=1`` (``.ci/run`` sets it) they fail instead, so CI never passes
+without having run them. ``SORTYARD_CHROMIUM`` names another binary.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import pytest
 
 CANDIDATES = ("chromium", "chromium-browser", "/usr/lib/chromium/chromium")
 ARTIFACTS = Path(
-    os.environ.get("SWITCHYARD_ARTIFACTS_DIR") or Path(__file__).resolve().parents[1] / "artifacts"
+    os.environ.get("SORTYARD_ARTIFACTS_DIR") or Path(__file__).resolve().parents[1] / "artifacts"
 )
 """Where browser tests keep their screenshots (``tests/artifacts/``, git-ignored)."""
 
 
 def chromium_executable() -> str | None:
-    """The Chromium binary to drive: ``$SWITCHYARD_CHROMIUM``, else the first of ``CANDIDATES`` found."""
-    given = os.environ.get("SWITCHYARD_CHROMIUM")
+    """The Chromium binary to drive: ``$SORTYARD_CHROMIUM``, else the first of ``CANDIDATES`` found."""
+    given = os.environ.get("SORTYARD_CHROMIUM")
     if given:
         return given if Path(given).exists() else None
     for name in CANDIDATES:
@@ -37,8 +37,8 @@ def chromium_executable() -> str | None:
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("SWITCHYARD_REQUIRE_BROWSER"):
-        pytest.fail(f"SWITCHYARD_REQUIRE_BROWSER is set, but {reason}")
+    if os.environ.get("SORTYARD_REQUIRE_BROWSER"):
+        pytest.fail(f"SORTYARD_REQUIRE_BROWSER is set, but {reason}")
     pytest.skip(reason)
 
 

@@ -69,7 +69,7 @@ def policy_doc(*pools: str, num_replicas: int = 1, **sections: Any) -> dict[str,
 
 
 def compile_doc(document: Mapping[str, Any]) -> CompiledPolicy:
-    """The policy compiled as the gateway serves it (no ``SWITCHYARD_*`` overrides)."""
+    """The policy compiled as the gateway serves it (no ``SORTYARD_*`` overrides)."""
     return compile_policy(parse_policy(document, "test"), environ={})
 
 

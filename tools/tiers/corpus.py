@@ -1,7 +1,7 @@
 """The training corpus of the shipped tier model: real prompts, labelled, de-duplicated.
 
     python -m tools.tiers.corpus -o build/tiers.jsonl
-    switchyard router train build/tiers.jsonl -o gateway/tiers/data/router.bin
+    sortyard router train build/tiers.jsonl -o gateway/tiers/data/router.bin
 
 Reads every training source of :mod:`tools.tiers.sources` from its installed package,
 drops exact repeats and every prompt that is a near-duplicate of an evaluation prompt (so the

@@ -10,6 +10,6 @@ KV_SCALE_BYTES = 4
 
 
 def cpu_kernels_enabled() -> bool:
-    """``SWITCHYARD_CPU_KERNELS=0`` turns off every CPU-specific path: the native decode kernel and
+    """``SORTYARD_CPU_KERNELS=0`` turns off every CPU-specific path: the native decode kernel and
     the oneDNN weight prepacking."""
-    return os.environ.get("SWITCHYARD_CPU_KERNELS", "1") != "0"
+    return os.environ.get("SORTYARD_CPU_KERNELS", "1") != "0"

@@ -1,7 +1,7 @@
 """Builds a kernel's C file with the host compiler once per machine, for ctypes to load.
 
 Nothing here needs torch's C++ toolchain: a plain C file, ``cc -O3 -march=native``, cached under
-``$SWITCHYARD_CACHE_DIR`` (default ``~/.cache/switchyard``) by a hash of the source, flags, compiler
+``$SORTYARD_CACHE_DIR`` (default ``~/.cache/sortyard``) by a hash of the source, flags, compiler
 and CPU, so a new machine or a changed source builds afresh and concurrent builders each install a
 whole file.
 """
@@ -78,11 +78,11 @@ def build(source: Path) -> Path:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("SWITCHYARD_CACHE_DIR")
+    root = os.environ.get("SORTYARD_CACHE_DIR")
     if root:
         return Path(root) / "kernels"
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return Path(xdg or Path.home() / ".cache") / "switchyard" / "kernels"
+    return Path(xdg or Path.home() / ".cache") / "sortyard" / "kernels"
 
 
 def _cpu_model() -> str:

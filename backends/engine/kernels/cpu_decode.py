@@ -2,7 +2,7 @@
 
 The kernel reads each decode sequence's K/V in place through its block table, so a decode step costs one
 pass over the live KV instead of a gather copy padded to the longest sequence. Where no compiler works,
-or ``SWITCHYARD_CPU_KERNELS=0``, ``load()`` returns None and attention uses its torch path.
+or ``SORTYARD_CPU_KERNELS=0``, ``load()`` returns None and attention uses its torch path.
 """
 
 from __future__ import annotations

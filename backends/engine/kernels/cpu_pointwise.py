@@ -2,7 +2,7 @@
 rotary embeddings, each one pass over its rows on the CPU (built once per machine by ``kernels/build.py``).
 
 The layers ask ``load()`` for the kernels and ``supports()`` for each call; where no compiler works, or
-``SWITCHYARD_CPU_KERNELS=0``, or the tensors are not contiguous fp32/bf16 on the CPU, they run their
+``SORTYARD_CPU_KERNELS=0``, or the tensors are not contiguous fp32/bf16 on the CPU, they run their
 torch ops, which are the reference the kernels are tested against.
 """
 

@@ -4,7 +4,7 @@
 // never as markup. Each tab's script registers itself with SY.tab(name, {show, hide, reset}): show and
 // hide as it is opened and left, reset (forget what it shows) at sign-out.
 const SY = (() => {
-  const KEY_NAME = "switchyard.adminKey";
+  const KEY_NAME = "sortyard.adminKey";
   const SVG_NS = "http://www.w3.org/2000/svg";
   const tabs = {};
   let current = "pools";

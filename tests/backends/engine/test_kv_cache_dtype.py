@@ -134,14 +134,14 @@ def test_the_torch_decode_path_reads_the_same_codes_as_the_kernel(
     to rounding (both read the same codes and scales)."""
     prompts = random_prompts(4, 20, 60, seed=12)
     kernel = make_engine("mistral_window20", kv_cache_dtype=kv).generate(prompts, GREEDY)
-    monkeypatch.setenv("SWITCHYARD_CPU_KERNELS", "0")
+    monkeypatch.setenv("SORTYARD_CPU_KERNELS", "0")
     cpu_decode.load.cache_clear()
     try:
         engine = make_engine("mistral_window20", kv_cache_dtype=kv)
         assert all(layer.backend.decode_kernel is None for layer in _attention_layers(engine))
         torch_path = engine.generate(prompts, GREEDY)
     finally:
-        monkeypatch.delenv("SWITCHYARD_CPU_KERNELS")
+        monkeypatch.delenv("SORTYARD_CPU_KERNELS")
         cpu_decode.load.cache_clear()
     for a, b in zip(kernel, torch_path, strict=True):
         assert a.outputs[0].token_ids == b.outputs[0].token_ids

@@ -22,7 +22,7 @@ LONG = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True, logprobs=
 @pytest.fixture
 def torch_decode_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Engines built inside the test decode with the torch gather path, not the native kernel."""
-    monkeypatch.setenv("SWITCHYARD_CPU_KERNELS", "0")
+    monkeypatch.setenv("SORTYARD_CPU_KERNELS", "0")
     cpu_decode.load.cache_clear()
     yield
     cpu_decode.load.cache_clear()

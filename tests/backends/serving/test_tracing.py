@@ -114,13 +114,13 @@ def test_fail_marks_server_errors() -> None:
 
 def test_the_test_span_file_gets_one_json_line_per_span(tmp_path: Path) -> None:
     path = tmp_path / "spans.jsonl"
-    engine_tracer = EngineTracer.from_env({"SWITCHYARD_TEST_SPAN_FILE": str(path)})
+    engine_tracer = EngineTracer.from_env({"SORTYARD_TEST_SPAN_FILE": str(path)})
     trace = engine_tracer.start({"traceparent": SAMPLED}, "chat", ROUTE)
     assert trace is not None
     trace.finish(None)
     [record] = [json.loads(line) for line in path.read_text().splitlines()]
     assert record["kind"] == "SERVER" and record["trace_id"] == CALLER_TRACE
-    assert record["service"] == "switchyard-engine"
+    assert record["service"] == "sortyard-engine"
 
 
 def test_parse_traceparent() -> None:

@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 def start_until_banner(args: list[str], cwd: Path) -> tuple[subprocess.Popen[str], list[str]]:
     """``python -m gateway ARGS`` as a user's terminal runs it, and its lines up to the banner's key line."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SORTYARD_")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", *args],
         cwd=cwd,

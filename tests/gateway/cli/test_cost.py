@@ -21,7 +21,7 @@ from tests.loadtests.locust_csv import SAMPLE_ROWS, row, write_stats
 
 
 def cost_main(argv: list[str]) -> int:
-    """``switchyard cost ...`` in-process."""
+    """``sortyard cost ...`` in-process."""
     return main(["cost", *argv])
 
 

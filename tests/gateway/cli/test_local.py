@@ -1,4 +1,4 @@
-"""gateway/cli/local.py: ``switchyard run``, the local engine it starts and a quiet terminal."""
+"""gateway/cli/local.py: ``sortyard run``, the local engine it starts and a quiet terminal."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNIN
 def test_dev_run_writes_the_access_log_to_a_file_unless_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("SWITCHYARD_ACCESS_LOG", raising=False)
+    monkeypatch.delenv("SORTYARD_ACCESS_LOG", raising=False)
     policy = tmp_path / "p.yaml"
     policy.write_text("version: 1\n")
     settings = Settings(policy_path=str(policy))
@@ -33,7 +33,7 @@ def test_dev_run_writes_the_access_log_to_a_file_unless_asked(
     (tmp_path / "local.yaml").write_text("telemetry: {access_log: true}\n")  # asked in the policy
     assert dev_settings(settings).access_log_file is None
     (tmp_path / "local.yaml").unlink()
-    monkeypatch.setenv("SWITCHYARD_ACCESS_LOG", "1")  # asked in the environment
+    monkeypatch.setenv("SORTYARD_ACCESS_LOG", "1")  # asked in the environment
     assert dev_settings(settings).access_log_file is None
 
 
@@ -64,7 +64,7 @@ def test_the_local_engine_serves_every_model_the_policy_names_there() -> None:
 
 
 def test_run_prints_the_banner_last_and_keeps_the_terminal_quiet(tmp_path: Path) -> None:
-    """``switchyard run --no-engine`` in front of the fake upstream, as a user's terminal sees it."""
+    """``sortyard run --no-engine`` in front of the fake upstream, as a user's terminal sees it."""
     upstream = FakeUpstream().start()
     replica = {"base_url": upstream.base_url, "model": "echo", "send_cache_salt": True}
     policy = tmp_path / "policy.yaml"
@@ -89,7 +89,7 @@ def test_run_prints_the_banner_last_and_keeps_the_terminal_quiet(tmp_path: Path)
         upstream.stop()
     at_start, after = lines[:-3], rest.splitlines(keepends=True)
 
-    ready = f"Switchyard is ready on http://127.0.0.1:{port} (access log: {DEV_ACCESS_LOG})."
+    ready = f"Sortyard is ready on http://127.0.0.1:{port} (access log: {DEV_ACCESS_LOG})."
     assert lines[-3] == ready + " Paste into a shell:\n"
     assert lines[-2] == f"export OPENAI_BASE_URL=http://127.0.0.1:{port}/v1\n"
     assert any("Uvicorn running on" in line for line in at_start)

@@ -17,9 +17,9 @@ def test_logging_config_gives_uvicorn_the_gateway_format_and_the_access_log_its_
     assert config["formatters"]["line"]["format"] == LOG_FORMAT
     assert config["root"] == {"level": "WARNING", "handlers": ["stderr"]}
     assert "uvicorn" not in json.dumps(config)  # uvicorn's loggers propagate to the root's handler
-    access = config["loggers"]["switchyard.access"]
+    access = config["loggers"]["sortyard.access"]
     assert access["propagate"] is False and config["handlers"][access["handlers"][0]]["filename"] == str(
         access_log
     )
-    assert "switchyard.access" not in logging_config(Settings())["loggers"]  # serve: standard output
+    assert "sortyard.access" not in logging_config(Settings())["loggers"]  # serve: standard output
     assert logging_config(Settings(log_level="loud"))["root"]["level"] == "INFO"

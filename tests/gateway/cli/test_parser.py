@@ -15,10 +15,10 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def readme_commands() -> list[list[str]]:
-    """The commands of the README's "Command line" table: ``switchyard`` then its lower-case words."""
+    """The commands of the README's "Command line" table: ``sortyard`` then its lower-case words."""
     commands = []
     for line in (REPO / "README.md").read_text(encoding="utf-8").splitlines():
-        match = re.match(r"^\| `switchyard ([^`]*)`", line)
+        match = re.match(r"^\| `sortyard ([^`]*)`", line)
         if match:
             words = match.group(1).split()
             commands.append(words[: next((i for i, w in enumerate(words) if not w.isalpha()), len(words))])
@@ -47,7 +47,7 @@ def _help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 @pytest.mark.parametrize("command", readme_commands(), ids=" ".join)
 def test_every_readme_command_answers_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert _help(command, capsys).startswith(f"usage: switchyard {' '.join(command)} ")
+    assert _help(command, capsys).startswith(f"usage: sortyard {' '.join(command)} ")
     parent = _help(command[:-1], capsys)  # and its parent lists it
     assert re.search(rf"^\s+{command[-1]}\s", parent, re.M), parent
 

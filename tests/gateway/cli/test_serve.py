@@ -1,4 +1,4 @@
-"""gateway/cli/serve.py: ``switchyard serve`` and its banner."""
+"""gateway/cli/serve.py: ``sortyard serve`` and its banner."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tests.support.redis_server import free_port
 
 @pytest.mark.parametrize("auth_required", [True, False])
 def test_serve_names_a_key_only_when_any_key_works(tmp_path: Path, auth_required: bool) -> None:
-    """``switchyard serve`` knows no key of an auth policy (only hashes): it says how to get one."""
+    """``sortyard serve`` knows no key of an auth policy (only hashes): it says how to get one."""
     policy = tmp_path / "policy.yaml"
     replica = {"base_url": "http://127.0.0.1:9/v1", "model": "echo"}
     document = {
@@ -36,6 +36,6 @@ def test_serve_names_a_key_only_when_any_key_works(tmp_path: Path, auth_required
         proc.communicate(timeout=30)
     if auth_required:
         assert answer.status_code == 401
-        assert "sk-anything" not in key_line and "switchyard keys new" in key_line
+        assert "sk-anything" not in key_line and "sortyard keys new" in key_line
     else:
         assert answer.status_code == 200 and key_line == "export OPENAI_API_KEY=sk-anything\n"

@@ -59,7 +59,7 @@ async def test_a_deterministic_repeat_is_a_hit_without_an_upstream_call() -> Non
     first, body = await setup.ask()
     second, again = await setup.ask()
     assert (first.cache_status, second.cache_status) == ("miss", "hit")
-    assert second.response_headers["x-switchyard-cache"] == "hit"
+    assert second.response_headers["x-sortyard-cache"] == "hit"
     assert again == body and len(setup.client.requests) == 1
     assert second.usage == Usage(0, 0)  # hits spend no tokens unless the policy says so
 
@@ -76,7 +76,7 @@ async def test_nondeterministic_requests_and_no_cache_bypass() -> None:
     sampled, _ = await setup.ask({"model": "small", "messages": USER_HI, "temperature": 0.7})
     forced, _ = await setup.ask(headers={"Cache-Control": "no-cache"})
     assert (sampled.cache_status, forced.cache_status) == ("bypass", "bypass")
-    assert sampled.response_headers["x-switchyard-cache"] == "bypass"
+    assert sampled.response_headers["x-sortyard-cache"] == "bypass"
     miss, _ = await setup.ask()
     assert miss.cache_status == "miss"  # the bypasses stored nothing
 

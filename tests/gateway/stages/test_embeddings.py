@@ -68,7 +68,7 @@ async def test_every_input_cached_is_answered_here() -> None:
     setup = Setup()
     await setup.embed(["alpha", "beta"])
     hit, vectors = await setup.embed(["beta", "alpha"])
-    assert hit.cache_status == "hit" and hit.response_headers["x-switchyard-cache"] == "hit"
+    assert hit.cache_status == "hit" and hit.response_headers["x-sortyard-cache"] == "hit"
     assert vectors == [vector("beta"), vector("alpha")] and len(setup.client.requests) == 1
     assert hit.usage is not None and hit.usage.input_tokens == 0
 

@@ -32,7 +32,7 @@ SALTED = {
         ]
     }
 }
-SECRET = {"SWITCHYARD_CACHE_SALT_SECRET": "s3cret"}
+SECRET = {"SORTYARD_CACHE_SALT_SECRET": "s3cret"}
 
 
 async def test_the_call_gets_a_replica_of_its_pool() -> None:
@@ -40,7 +40,7 @@ async def test_the_call_gets_a_replica_of_its_pool() -> None:
     call = build_call(compiled, {"model": "large", "messages": USER_HI})
     await PickReplica(balancer_for(compiled))(call)
     assert call.replica is not None and call.replica.label == "large-0"
-    assert "x-switchyard-fallback-pool" not in call.response_headers
+    assert "x-sortyard-fallback-pool" not in call.response_headers
 
 
 async def test_a_pool_that_cannot_serve_falls_back_and_says_so() -> None:
@@ -52,7 +52,7 @@ async def test_a_pool_that_cannot_serve_falls_back_and_says_so() -> None:
     call = build_call(compiled, {"model": "large", "messages": USER_HI})
     await PickReplica(balancer)(call)
     assert call.replica is not None and call.replica.pool == "small"
-    assert call.response_headers["x-switchyard-fallback-pool"] == "small"
+    assert call.response_headers["x-sortyard-fallback-pool"] == "small"
 
 
 async def test_no_replica_left_is_503_no_healthy_replica() -> None:

@@ -31,7 +31,7 @@ async def test_a_pool_or_an_alias_routes_directly(model: str, pool: str, reason:
     call.pool = None
     await RouteModel(MemoryBlobs())(call)
     assert (call.pool, call.route_reason) == (pool, reason)
-    assert call.response_headers["x-switchyard-route-reason"] == reason
+    assert call.response_headers["x-sortyard-route-reason"] == reason
 
 
 async def test_an_unknown_model_or_one_the_key_may_not_use_is_404() -> None:

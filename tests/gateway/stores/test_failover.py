@@ -83,7 +83,7 @@ async def test_fail_open_uses_the_fallback_without_waiting_on_the_primary(
     store, primary, _, clock, used = make("fail_open")
     assert (await store.admit(admission(RULE, now_s=T0))).allowed and not store.is_degraded
     primary.is_down = True
-    with caplog.at_level(logging.WARNING, logger="switchyard.stores"):
+    with caplog.at_level(logging.WARNING, logger="sortyard.stores"):
         for i in range(5):
             assert (await store.admit(admission(RULE, now_s=T0 + i))).allowed
     assert primary.calls == 2  # one success, then one failure opened the circuit
@@ -96,7 +96,7 @@ async def test_fail_open_uses_the_fallback_without_waiting_on_the_primary(
 
     primary.is_down = False
     clock.now_s += 1.5
-    with caplog.at_level(logging.WARNING, logger="switchyard.stores"):
+    with caplog.at_level(logging.WARNING, logger="sortyard.stores"):
         assert (await store.admit(admission(RULE, now_s=T0 + 7))).allowed
     assert primary.calls == 4 and not store.is_degraded
     assert any("back" in r.message for r in caplog.records)

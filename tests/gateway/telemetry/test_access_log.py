@@ -88,7 +88,7 @@ def test_failures_are_logged_with_their_code(gateway: GatewayServer) -> None:
 
 
 def test_access_log_can_be_switched_off(gateway: GatewayServer) -> None:
-    lines = capture(gateway, SWITCHYARD_ACCESS_LOG="0")
+    lines = capture(gateway, SORTYARD_ACCESS_LOG="0")
     assert chat(gateway).status_code == 200
     assert lines == []
 

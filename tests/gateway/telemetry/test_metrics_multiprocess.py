@@ -51,7 +51,7 @@ def requests_total(text: str, pool: str) -> float:
     return sum(
         v
         for k, v in samples(text).items()
-        if k.startswith("switchyard_requests_total{") and f"pool={pool}" in k
+        if k.startswith("sortyard_requests_total{") and f"pool={pool}" in k
     )
 
 
@@ -66,16 +66,16 @@ def test_single_process_metrics_parse(policy_path: Path) -> None:
         server.stop()
     names = {family.name for family in text_string_to_metric_families(text)}
     assert {
-        "switchyard_requests",
-        "switchyard_time_to_first_token_seconds",
-        "switchyard_time_per_output_token_seconds",
-        "switchyard_gateway_overhead_seconds",
-        "switchyard_tokens",
-        "switchyard_replica_outstanding_requests",
-        "switchyard_replica_breaker_state",
+        "sortyard_requests",
+        "sortyard_time_to_first_token_seconds",
+        "sortyard_time_per_output_token_seconds",
+        "sortyard_gateway_overhead_seconds",
+        "sortyard_tokens",
+        "sortyard_replica_outstanding_requests",
+        "sortyard_replica_breaker_state",
     } <= names
     assert requests_total(text, "small") == 2
-    assert samples(text)["switchyard_time_per_output_token_seconds_count{pool=small}"] == 1
+    assert samples(text)["sortyard_time_per_output_token_seconds_count{pool=small}"] == 1
 
 
 def test_tenant_labels_only_when_allowed() -> None:
@@ -94,12 +94,11 @@ def test_tenant_labels_only_when_allowed() -> None:
 
     metrics = Metrics()
     metrics.record_call(finished_call(), None)
-    assert b"switchyard_tenant_tokens_total{" not in metrics.render()
+    assert b"sortyard_tenant_tokens_total{" not in metrics.render()
     metrics = Metrics()
-    metrics.record_call(finished_call(SWITCHYARD_TENANT_LABELS="1"), None)
+    metrics.record_call(finished_call(SORTYARD_TENANT_LABELS="1"), None)
     assert (
-        b'switchyard_tenant_tokens_total{direction="output",pool="small",tenant="acme"} 4.0'
-        in metrics.render()
+        b'sortyard_tenant_tokens_total{direction="output",pool="small",tenant="acme"} 4.0' in metrics.render()
     )
 
 
@@ -115,11 +114,11 @@ def test_prepare_multiprocess_empties_and_exports(tmp_path: Path, monkeypatch: p
 
 
 def _serve_workers(policy_path: Path, multiproc_dir: Path, port: int) -> subprocess.Popen[bytes]:
-    # what `switchyard serve --workers 2` does once the CLI calls prepare_multiprocess
+    # what `sortyard serve --workers 2` does once the CLI calls prepare_multiprocess
     env = {
         **os.environ,
-        "SWITCHYARD_POLICY_PATH": str(policy_path),
-        "SWITCHYARD_ACCESS_LOG": "0",
+        "SORTYARD_POLICY_PATH": str(policy_path),
+        "SORTYARD_ACCESS_LOG": "0",
         MULTIPROC_ENV: str(multiproc_dir),
     }
     return subprocess.Popen(
@@ -167,7 +166,7 @@ def test_two_workers_report_the_whole_server(policy_path: Path, tmp_path: Path) 
         for _ in range(6):  # whichever worker answers the scrape, it reports every worker's counts
             text = httpx.get(url + "/metrics", timeout=5).text
             assert requests_total(text, "small") == num_requests
-            assert "switchyard_request_duration_seconds_bucket" in text
+            assert "sortyard_request_duration_seconds_bucket" in text
         assert pids  # the values live in the shared directory
     finally:
         proc.terminate()
@@ -183,7 +182,7 @@ def test_a_real_prometheus_scrapes_the_gateway(policy_path: Path, tmp_path: Path
     config.write_text(
         "global: {scrape_interval: 1s}\n"
         "scrape_configs:\n"
-        f"  - job_name: switchyard\n    static_configs: [{{targets: ['127.0.0.1:{server.port}']}}]\n"
+        f"  - job_name: sortyard\n    static_configs: [{{targets: ['127.0.0.1:{server.port}']}}]\n"
     )
     prom = subprocess.Popen(
         ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
@@ -196,7 +195,7 @@ def test_a_real_prometheus_scrapes_the_gateway(policy_path: Path, tmp_path: Path
         query = f"http://127.0.0.1:{prom_port}/api/v1/query"
         while True:
             try:
-                body = httpx.get(query, params={"query": "switchyard_requests_total"}, timeout=2).json()
+                body = httpx.get(query, params={"query": "sortyard_requests_total"}, timeout=2).json()
                 if body["data"]["result"]:
                     break
             except (httpx.HTTPError, ValueError, KeyError):

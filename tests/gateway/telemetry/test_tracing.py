@@ -89,7 +89,7 @@ def by_name(spans: list[ReadableSpan]) -> dict[str, ReadableSpan]:
 
 
 def test_a_sampled_request_makes_the_span_tree(gateway: GatewayServer, upstream: FakeUpstream) -> None:
-    traced = observe(gateway, SWITCHYARD_TRACE_SAMPLING_RATIO="1")
+    traced = observe(gateway, SORTYARD_TRACE_SAMPLING_RATIO="1")
     response = post(gateway, {**CHAT, "temperature": 0.5, "stop": "x"})
     assert response.status_code == 200
     wait_for(lambda: any(s.kind is SpanKind.SERVER for s in traced.spans()))
@@ -100,8 +100,8 @@ def test_a_sampled_request_makes_the_span_tree(gateway: GatewayServer, upstream:
     assert client.kind is SpanKind.CLIENT
     trace_ids = {s.context.trace_id for s in traced.spans()}
     assert len(trace_ids) == 1
-    stages = [s for s in traced.spans() if s.name.startswith("switchyard.")]
-    assert {"switchyard.auth", "switchyard.limits"} <= {s.name for s in stages}
+    stages = [s for s in traced.spans() if s.name.startswith("sortyard.")]
+    assert {"sortyard.auth", "sortyard.limits"} <= {s.name for s in stages}
     assert all(s.parent is not None and s.parent.span_id == server.context.span_id for s in stages)
     upstream_stage = next(s for s in stages if client.parent and s.context.span_id == client.parent.span_id)
     assert upstream_stage.name == sc.stage_span_name("upstream")
@@ -134,7 +134,7 @@ def test_a_sampled_request_makes_the_span_tree(gateway: GatewayServer, upstream:
 
 
 def test_a_sampled_caller_is_continued(gateway: GatewayServer, upstream: FakeUpstream) -> None:
-    traced = observe(gateway, SWITCHYARD_TRACE_SAMPLING_RATIO="0")  # the caller decides, not the ratio
+    traced = observe(gateway, SORTYARD_TRACE_SAMPLING_RATIO="0")  # the caller decides, not the ratio
     assert post(gateway, CHAT, {"traceparent": SAMPLED_PARENT, "tracestate": "k=v"}).status_code == 200
     wait_for(lambda: any(s.kind is SpanKind.SERVER for s in traced.spans()))
     server = by_name(traced.spans())["POST /v1/chat/completions"]
@@ -146,14 +146,14 @@ def test_a_sampled_caller_is_continued(gateway: GatewayServer, upstream: FakeUps
 
 
 def test_an_unsampled_caller_passes_through_untouched(gateway: GatewayServer, upstream: FakeUpstream) -> None:
-    traced = observe(gateway, SWITCHYARD_TRACE_SAMPLING_RATIO="1")
+    traced = observe(gateway, SORTYARD_TRACE_SAMPLING_RATIO="1")
     assert post(gateway, CHAT, {"traceparent": UNSAMPLED_PARENT}).status_code == 200
     assert upstream.headers[-1]["traceparent"] == UNSAMPLED_PARENT
     assert traced.spans() == []
 
 
 def test_ratio_zero_traces_nothing(gateway: GatewayServer, upstream: FakeUpstream) -> None:
-    traced = observe(gateway, SWITCHYARD_TRACE_SAMPLING_RATIO="0")
+    traced = observe(gateway, SORTYARD_TRACE_SAMPLING_RATIO="0")
     for _ in range(5):
         assert post(gateway, CHAT).status_code == 200
     assert "traceparent" not in upstream.headers[-1]
@@ -162,7 +162,7 @@ def test_ratio_zero_traces_nothing(gateway: GatewayServer, upstream: FakeUpstrea
 
 
 def test_stream_client_span_ends_with_the_stream(gateway: GatewayServer) -> None:
-    traced = observe(gateway, SWITCHYARD_TRACE_SAMPLING_RATIO="1", SWITCHYARD_CAPTURE_CONTENT="1")
+    traced = observe(gateway, SORTYARD_TRACE_SAMPLING_RATIO="1", SORTYARD_CAPTURE_CONTENT="1")
     body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
     with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, timeout=10) as response:
         assert response.status_code == 200
@@ -181,7 +181,7 @@ def test_stream_client_span_ends_with_the_stream(gateway: GatewayServer) -> None
 
 
 def test_failures_mark_the_spans(gateway: GatewayServer) -> None:
-    traced = observe(gateway, SWITCHYARD_TRACE_SAMPLING_RATIO="1")
+    traced = observe(gateway, SORTYARD_TRACE_SAMPLING_RATIO="1")
     assert post(gateway, {**CHAT, "model": "fail"}).status_code == 502
     wait_for(lambda: any(s.kind is SpanKind.SERVER for s in traced.spans()))
     spans = by_name(traced.spans())
@@ -190,7 +190,7 @@ def test_failures_mark_the_spans(gateway: GatewayServer) -> None:
     assert dict(server.attributes or {})[sc.ERROR_TYPE] == "upstream_error"
     assert client.status.status_code.name == "ERROR"
     # a client error is not a server failure
-    traced = observe(gateway, SWITCHYARD_TRACE_SAMPLING_RATIO="1")
+    traced = observe(gateway, SORTYARD_TRACE_SAMPLING_RATIO="1")
     assert post(gateway, {**CHAT, "model": "nope"}).status_code == 404
     wait_for(lambda: any(s.kind is SpanKind.SERVER for s in traced.spans()))
     server = by_name(traced.spans())["POST /v1/chat/completions"]
@@ -208,13 +208,13 @@ def test_exporter_from_env(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> 
     )
     assert isinstance(otlp, OTLPSpanExporter)
     assert exporter_from_env({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"}) == (None, False)
-    with caplog.at_level(logging.ERROR, "switchyard.tracing"):
+    with caplog.at_level(logging.ERROR, "sortyard.tracing"):
         grpc, _ = exporter_from_env({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
     try:
         import opentelemetry.exporter.otlp.proto.grpc  # noqa: F401
     except ImportError:
         assert grpc is None and "opentelemetry-exporter-otlp-proto-grpc" in caplog.text
-    test_file, each = exporter_from_env({"SWITCHYARD_TEST_SPAN_FILE": str(tmp_path / "s.jsonl")})
+    test_file, each = exporter_from_env({"SORTYARD_TEST_SPAN_FILE": str(tmp_path / "s.jsonl")})
     assert isinstance(test_file, JsonLinesSpanExporter) and each
     assert GatewayTracer.from_env({}).enabled is False
 
@@ -242,13 +242,13 @@ def test_telemetry_config_from_policy_and_env() -> None:
     assert telemetry_of(object(), {}) == TelemetryConfig()
     assert telemetry_of(WithTelemetry(), {}).sampling_ratio == 0.5
     overridden = telemetry_of(
-        WithTelemetry(), {"SWITCHYARD_ACCESS_LOG": "on", "SWITCHYARD_TRACE_SAMPLING_RATIO": "1"}
+        WithTelemetry(), {"SORTYARD_ACCESS_LOG": "on", "SORTYARD_TRACE_SAMPLING_RATIO": "1"}
     )
     assert overridden.access_log is True and overridden.sampling_ratio == 1.0
-    with pytest.raises(ValueError, match="SWITCHYARD_TRACE_SAMPLING_RATIO"):
-        telemetry_of(object(), {"SWITCHYARD_TRACE_SAMPLING_RATIO": "2"})
-    with pytest.raises(ValueError, match="SWITCHYARD_ACCESS_LOG"):
-        telemetry_of(object(), {"SWITCHYARD_ACCESS_LOG": "maybe"})
+    with pytest.raises(ValueError, match="SORTYARD_TRACE_SAMPLING_RATIO"):
+        telemetry_of(object(), {"SORTYARD_TRACE_SAMPLING_RATIO": "2"})
+    with pytest.raises(ValueError, match="SORTYARD_ACCESS_LOG"):
+        telemetry_of(object(), {"SORTYARD_ACCESS_LOG": "maybe"})
 
 
 def test_sampling_follows_the_ratio() -> None:

@@ -141,7 +141,7 @@ def test_bad_threshold_tier_is_refused() -> None:
 
 def test_missing_model_file_is_refused(tmp_path: Path) -> None:
     missing = tmp_path / "nope.bin"
-    with pytest.raises(ClassifierLoadError, match=r"does not exist; train one with `switchyard router train"):
+    with pytest.raises(ClassifierLoadError, match=r"does not exist; train one with `sortyard router train"):
         build_classifier(LearnedConfig(path=str(missing)), pools=POOLS)
 
 
@@ -163,7 +163,7 @@ def _corrupt(blob: bytes, how: str) -> bytes:
     ("how", "message"),
     [
         ("empty", "shorter than the header"),
-        ("magic", "not a Switchyard router model"),
+        ("magic", "not a Sortyard router model"),
         ("truncated", "truncated"),
         ("bitflip", "checksum mismatch"),
         ("version", "format version 99"),

@@ -36,7 +36,7 @@ def _policy(tmp_path: Path, upstream: FakeUpstream, *, redis: bool = False, **un
     document["keys"] = [{"sha256": hash_key(KEY), "tenant": "acme", "name": "k"}]
     document["limits"] = {"unauthenticated": {"failed_auths_per_minute": 3, **unauthenticated}}
     if redis:
-        document["store"] = {"url_env": "SWITCHYARD_REDIS_URL", "timeout_s": 2.0}
+        document["store"] = {"url_env": "SORTYARD_REDIS_URL", "timeout_s": 2.0}
     return write_policy(tmp_path / "policy.yaml", document)
 
 
@@ -68,7 +68,7 @@ def test_wrong_keys_get_401_then_429_while_a_good_key_still_passes(
         good_models = httpx.get(server.url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
         assert good_models.status_code == 200
         metrics = httpx.get(server.url + "/metrics").text
-        assert 'switchyard_client_rate_limited_total{reason="auth_failures"} 3.0' in metrics
+        assert 'sortyard_client_rate_limited_total{reason="auth_failures"} 3.0' in metrics
     finally:
         server.stop()
 
@@ -76,7 +76,7 @@ def test_wrong_keys_get_401_then_429_while_a_good_key_still_passes(
 def test_two_replicas_sharing_redis_enforce_one_bound(
     tmp_path: Path, upstream: FakeUpstream, redis_flushed: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SWITCHYARD_REDIS_URL", redis_flushed)
+    monkeypatch.setenv("SORTYARD_REDIS_URL", redis_flushed)
     policy = _policy(tmp_path, upstream, redis=True)
     servers = [GatewayServer(policy).start() for _ in range(2)]
     try:

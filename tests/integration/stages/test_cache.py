@@ -31,10 +31,10 @@ def upstream() -> Iterator[FakeUpstream]:
 @pytest.fixture(params=["memory", "redis"])
 def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
     if request.param == "memory":
-        monkeypatch.delenv("SWITCHYARD_REDIS_URL", raising=False)
+        monkeypatch.delenv("SORTYARD_REDIS_URL", raising=False)
         return None
     url: str = request.getfixturevalue("redis_flushed")
-    monkeypatch.setenv("SWITCHYARD_REDIS_URL", url)
+    monkeypatch.setenv("SORTYARD_REDIS_URL", url)
     return url
 
 
@@ -42,7 +42,7 @@ def _gateway(tmp_path: Path, upstream: FakeUpstream, cache: dict[str, Any] | Non
     document = fake_policy(upstream.base_url)
     document["pools"]["slowecho"] = {"replicas": [{"base_url": upstream.base_url, "model": "slow-echo"}]}
     document["auth"] = {"required": True}
-    document["store"] = {"url_env": "SWITCHYARD_REDIS_URL"}
+    document["store"] = {"url_env": "SORTYARD_REDIS_URL"}
     document["keys"] = [
         {"sha256": hash_key(KEY_A), "tenant": "a"},
         {"sha256": hash_key(KEY_B), "tenant": "b"},
@@ -72,15 +72,15 @@ def test_deterministic_repeat_hits_and_names_the_asked_model(
         before = len(upstream.requests)
         first = _post(gateway, {**ASK, "model": "gpt-4o-mini"})
         second = _post(gateway, {**ASK, "model": "gpt-4o-mini"})
-        assert first.headers["x-switchyard-cache"] == "miss"
-        assert second.headers["x-switchyard-cache"] == "hit"
+        assert first.headers["x-sortyard-cache"] == "miss"
+        assert second.headers["x-sortyard-cache"] == "hit"
         assert second.json() == first.json() and second.json()["model"] == "gpt-4o-mini"
         assert len(upstream.requests) == before + 1
         sampled = {k: v for k, v in ASK.items() if k != "temperature"}
-        assert _post(gateway, sampled).headers["x-switchyard-cache"] == "bypass"
-        assert _post(gateway, sampled).headers["x-switchyard-cache"] == "bypass"
-        assert _post(gateway, {**sampled, "seed": 7}).headers["x-switchyard-cache"] == "miss"
-        assert _post(gateway, {**sampled, "seed": 7}).headers["x-switchyard-cache"] == "hit"
+        assert _post(gateway, sampled).headers["x-sortyard-cache"] == "bypass"
+        assert _post(gateway, sampled).headers["x-sortyard-cache"] == "bypass"
+        assert _post(gateway, {**sampled, "seed": 7}).headers["x-sortyard-cache"] == "miss"
+        assert _post(gateway, {**sampled, "seed": 7}).headers["x-sortyard-cache"] == "hit"
     finally:
         gateway.stop()
 
@@ -91,10 +91,10 @@ def test_cache_control_bypass_and_no_store(
     gateway = _gateway(tmp_path, upstream)
     try:
         body = {**ASK, "messages": [{"role": "user", "content": "bypass me"}]}
-        assert _post(gateway, body, **{"Cache-Control": "no-store"}).headers["x-switchyard-cache"] == "bypass"
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "miss"  # no-store stored nothing
-        assert _post(gateway, body, **{"Cache-Control": "no-cache"}).headers["x-switchyard-cache"] == "bypass"
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "hit"
+        assert _post(gateway, body, **{"Cache-Control": "no-store"}).headers["x-sortyard-cache"] == "bypass"
+        assert _post(gateway, body).headers["x-sortyard-cache"] == "miss"  # no-store stored nothing
+        assert _post(gateway, body, **{"Cache-Control": "no-cache"}).headers["x-sortyard-cache"] == "bypass"
+        assert _post(gateway, body).headers["x-sortyard-cache"] == "hit"
     finally:
         gateway.stop()
 
@@ -105,9 +105,9 @@ def test_tenant_b_never_gets_tenant_a_entry(
     gateway = _gateway(tmp_path, upstream)
     try:
         body = {**ASK, "messages": [{"role": "user", "content": "secret of tenant a"}]}
-        assert _post(gateway, body, KEY_A).headers["x-switchyard-cache"] == "miss"
-        assert _post(gateway, body, KEY_A).headers["x-switchyard-cache"] == "hit"
-        assert _post(gateway, body, KEY_B).headers["x-switchyard-cache"] == "miss"
+        assert _post(gateway, body, KEY_A).headers["x-sortyard-cache"] == "miss"
+        assert _post(gateway, body, KEY_A).headers["x-sortyard-cache"] == "hit"
+        assert _post(gateway, body, KEY_B).headers["x-sortyard-cache"] == "miss"
     finally:
         gateway.stop()
 
@@ -130,7 +130,7 @@ def test_streams_are_stored_and_replayed_faithfully(
             stream=True,
             stream_options={"include_usage": True},
         )
-        assert raw.headers["x-switchyard-cache"] == "hit"
+        assert raw.headers["x-sortyard-cache"] == "hit"
         replayed = list(raw.parse())
         gateway.settle()
         text = "".join(c.choices[0].delta.content or "" for c in replayed if c.choices)
@@ -141,7 +141,7 @@ def test_streams_are_stored_and_replayed_faithfully(
         plain = client.chat.completions.with_raw_response.create(
             model="small", messages=messages, temperature=0
         )
-        assert plain.headers["x-switchyard-cache"] == "hit"
+        assert plain.headers["x-sortyard-cache"] == "hit"
         assert plain.parse().choices[0].message.content == text
     finally:
         gateway.stop()
@@ -152,18 +152,18 @@ def test_ttl_expiry_and_size_limit(tmp_path: Path, upstream: FakeUpstream, backe
     gateway = _gateway(tmp_path, upstream, {"response": {"ttl_s": 2}, "pools": {"fail": {"ttl_s": 10}}})
     try:
         body = {**ASK, "messages": [{"role": "user", "content": "expire me"}]}
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "miss"
+        assert _post(gateway, body).headers["x-sortyard-cache"] == "miss"
         stored_at = time.monotonic()
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "hit"
+        assert _post(gateway, body).headers["x-sortyard-cache"] == "hit"
         time.sleep(max(0.0, stored_at + 2.05 - time.monotonic()))
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "miss"
+        assert _post(gateway, body).headers["x-sortyard-cache"] == "miss"
     finally:
         gateway.stop()
     gateway = _gateway(tmp_path, upstream, {"response": {"max_entry_bytes": 64}})
     try:
         body = {**ASK, "messages": [{"role": "user", "content": "too big to keep"}]}
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "miss"
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "miss"
+        assert _post(gateway, body).headers["x-sortyard-cache"] == "miss"
+        assert _post(gateway, body).headers["x-sortyard-cache"] == "miss"
     finally:
         gateway.stop()
 
@@ -194,12 +194,12 @@ def test_identical_concurrent_misses_make_one_upstream_call(
 def test_corrupt_entry_in_redis_is_a_miss_and_is_deleted(
     tmp_path: Path, upstream: FakeUpstream, redis_flushed: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SWITCHYARD_REDIS_URL", redis_flushed)
+    monkeypatch.setenv("SORTYARD_REDIS_URL", redis_flushed)
     gateway = _gateway(tmp_path, upstream)
     client = redis.Redis.from_url(redis_flushed)
     try:
         body = {**ASK, "messages": [{"role": "user", "content": "corrupt me"}]}
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "miss"
+        assert _post(gateway, body).headers["x-sortyard-cache"] == "miss"
         keys = [k for k in client.keys("*:rc:*") if isinstance(k, bytes) and not k.endswith(b":lock")]
         assert len(keys) == 1
         entry = client.get(keys[0])
@@ -207,9 +207,9 @@ def test_corrupt_entry_in_redis_is_a_miss_and_is_deleted(
         for damaged in (b"garbage", entry[:-7]):  # foreign bytes, then a truncated entry
             client.set(keys[0], damaged)
             response = _post(gateway, body)
-            assert response.status_code == 200 and response.headers["x-switchyard-cache"] == "miss"
+            assert response.status_code == 200 and response.headers["x-sortyard-cache"] == "miss"
             assert response.json()["choices"][0]["message"]["content"] == "Hello from the fake upstream."
-        assert _post(gateway, body).headers["x-switchyard-cache"] == "hit"
+        assert _post(gateway, body).headers["x-sortyard-cache"] == "hit"
     finally:
         gateway.stop()
         client.close()
@@ -222,13 +222,13 @@ def test_a_fallback_pools_answer_is_not_stored(
     document["pools"]["primary"] = {"replicas": [{"base_url": "http://127.0.0.1:9/v1", "model": "echo"}]}
     document["routing"] = {"health": {"probe_interval_s": 0}, "pools": {"primary": {"fallbacks": ["small"]}}}
     document["retry"] = {"max_attempts": 2, "backoff_s": 0.001}
-    document["store"] = {"url_env": "SWITCHYARD_REDIS_URL"}
+    document["store"] = {"url_env": "SORTYARD_REDIS_URL"}
     gateway = GatewayServer(write_policy(tmp_path / "policy.yaml", document)).start()
     try:
         body = {**ASK, "model": "primary", "messages": [{"role": "user", "content": "fall back"}]}
         for _ in range(2):  # another model answered: this pool's cache never keeps it
             response = _post(gateway, body)
-            assert response.status_code == 200 and response.headers["x-switchyard-fallback-pool"] == "small"
-            assert response.headers["x-switchyard-cache"] == "miss"
+            assert response.status_code == 200 and response.headers["x-sortyard-fallback-pool"] == "small"
+            assert response.headers["x-sortyard-cache"] == "miss"
     finally:
         gateway.stop()

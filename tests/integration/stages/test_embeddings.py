@@ -16,10 +16,10 @@ from tests.support.gateway_server import GatewayServer, fake_policy, write_polic
 def setup(
     tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[GatewayServer, FakeUpstream]]:
-    monkeypatch.setenv("SWITCHYARD_REDIS_URL", request.getfixturevalue("redis_flushed"))
+    monkeypatch.setenv("SORTYARD_REDIS_URL", request.getfixturevalue("redis_flushed"))
     upstream = FakeUpstream().start()
     document = fake_policy(upstream.base_url)
-    document["store"] = {"url_env": "SWITCHYARD_REDIS_URL"}
+    document["store"] = {"url_env": "SORTYARD_REDIS_URL"}
     # "primary" is down and falls back to "backup", whose replica serves another embedding model
     document["pools"]["primary"] = {"replicas": [{"base_url": "http://127.0.0.1:9/v1", "model": "echo"}]}
     document["pools"]["backup"] = {"replicas": [{"base_url": upstream.base_url, "model": "other-embedder"}]}
@@ -40,13 +40,13 @@ def test_only_misses_go_upstream_and_order_is_kept(setup: tuple[GatewayServer, F
     gateway, upstream = setup
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="sk-x", max_retries=0)
     first = client.embeddings.with_raw_response.create(model="small", input=["a", "b"])
-    assert first.headers["x-switchyard-cache"] == "miss"
+    assert first.headers["x-sortyard-cache"] == "miss"
     assert upstream.requests[-1]["input"] == ["a", "b"]
     assert [d.embedding for d in first.parse().data] == _vectors("a", "b")
 
     # a miss between two hits: the fresh vector lands in the middle
     second = client.embeddings.with_raw_response.create(model="small", input=["a", "c", "b"])
-    assert second.headers["x-switchyard-cache"] == "miss"
+    assert second.headers["x-sortyard-cache"] == "miss"
     assert upstream.requests[-1]["input"] == ["c"]
     data = second.parse().data
     assert [d.index for d in data] == [0, 1, 2]
@@ -54,7 +54,7 @@ def test_only_misses_go_upstream_and_order_is_kept(setup: tuple[GatewayServer, F
 
     # hits and misses interleaved, two misses: each fresh vector goes back to its own place
     third = client.embeddings.with_raw_response.create(model="small", input=["c", "d", "a", "e"])
-    assert third.headers["x-switchyard-cache"] == "miss"
+    assert third.headers["x-sortyard-cache"] == "miss"
     assert upstream.requests[-1]["input"] == ["d", "e"]
     data = third.parse().data
     assert [d.index for d in data] == [0, 1, 2, 3]
@@ -63,12 +63,12 @@ def test_only_misses_go_upstream_and_order_is_kept(setup: tuple[GatewayServer, F
     # every input a hit, in an order never sent before: nothing goes upstream
     before = len(upstream.requests)
     fourth = client.embeddings.with_raw_response.create(model="gpt-4o-mini", input=["e", "c", "a"])
-    assert fourth.headers["x-switchyard-cache"] == "hit" and len(upstream.requests) == before
+    assert fourth.headers["x-sortyard-cache"] == "hit" and len(upstream.requests) == before
     parsed = fourth.parse()
     assert parsed.model == "gpt-4o-mini"
     assert [d.embedding for d in parsed.data] == _vectors("e", "c", "a")
     single = client.embeddings.with_raw_response.create(model="small", input="d")
-    assert single.headers["x-switchyard-cache"] == "hit"
+    assert single.headers["x-sortyard-cache"] == "hit"
     assert [d.embedding for d in single.parse().data] == _vectors("d")
 
 
@@ -78,7 +78,7 @@ def test_vectors_a_fallback_pool_served_are_not_stored(setup: tuple[GatewayServe
     for _ in range(2):  # the second time is a miss again: the fallback's vectors were not kept
         before = len(upstream.requests)
         raw = client.embeddings.with_raw_response.create(model="primary", input=["a", "b"])
-        assert raw.headers["x-switchyard-fallback-pool"] == "backup"
-        assert raw.headers["x-switchyard-cache"] == "miss"
+        assert raw.headers["x-sortyard-fallback-pool"] == "backup"
+        assert raw.headers["x-sortyard-cache"] == "miss"
         assert len(upstream.requests) == before + 1
         assert [d.embedding for d in raw.parse().data] == _vectors("a", "b", model="other-embedder")

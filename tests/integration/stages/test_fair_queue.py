@@ -59,7 +59,7 @@ def metric(gateway: GatewayServer, name: str, **labels: str) -> float:
 
 
 def depth(gateway: GatewayServer, tenant: str, pool: str = "gated") -> float:
-    return metric(gateway, "switchyard_queue_depth", pool=pool, tenant=tenant)
+    return metric(gateway, "sortyard_queue_depth", pool=pool, tenant=tenant)
 
 
 async def until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
@@ -106,9 +106,9 @@ async def test_a_flooding_tenant_does_not_starve_another(setup: Setup) -> None:
     assert order == ["a0", "b1", "a1", "b2", "a2", "b3", "a3", "b4", "a4", "a5", "a6", "a7", "a8"]
     assert max(order.index(f"b{i}") for i in range(1, 5)) < order.index("a4")  # before most of the flood
     assert depth(gateway, "alpha") == depth(gateway, "beta") == 0
-    assert metric(gateway, "switchyard_queue_refused_total", pool="gated", tenant="alpha", reason="full") == 1
-    assert metric(gateway, "switchyard_queue_wait_seconds_count", pool="gated", tenant="beta") == 4
-    assert metric(gateway, "switchyard_queue_wait_seconds_count", pool="gated", tenant="alpha") == 9
+    assert metric(gateway, "sortyard_queue_refused_total", pool="gated", tenant="alpha", reason="full") == 1
+    assert metric(gateway, "sortyard_queue_wait_seconds_count", pool="gated", tenant="beta") == 4
+    assert metric(gateway, "sortyard_queue_wait_seconds_count", pool="gated", tenant="alpha") == 9
     gateway.settle()
     assert all(state.outstanding == 0 for state in gateway.gateway.balancer.all_replicas())
 
@@ -124,7 +124,7 @@ async def test_a_wait_past_max_wait_s_is_503_pool_saturated(setup: Setup) -> Non
         assert late.json()["error"]["code"] == "pool_saturated"
         assert depth(gateway, "beta", pool="brief") == 0
         assert (
-            metric(gateway, "switchyard_queue_refused_total", pool="brief", tenant="beta", reason="timeout")
+            metric(gateway, "sortyard_queue_refused_total", pool="brief", tenant="beta", reason="timeout")
             == 1
         )
         upstream.open_gate()
@@ -160,4 +160,4 @@ async def test_a_client_that_leaves_while_waiting_leaves_the_queue(setup: Setup)
         assert after.status_code == 200
     assert served_order(upstream, since) == ["holder", "after"]  # the leaver never reached it
     gateway.settle()
-    assert metric(gateway, "switchyard_requests_total", endpoint="chat", pool="gated", status="499") >= 1
+    assert metric(gateway, "sortyard_requests_total", endpoint="chat", pool="gated", status="499") >= 1

@@ -36,7 +36,7 @@ def gateway_for(
     tmp_path: Path, upstream: FakeUpstream, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Callable[[dict[str, Any]], GatewayServer]]:
     """A gateway on a real Redis whose pool ``primary`` is down and falls back to ``backup``."""
-    monkeypatch.setenv("SWITCHYARD_REDIS_URL", request.getfixturevalue("redis_flushed"))
+    monkeypatch.setenv("SORTYARD_REDIS_URL", request.getfixturevalue("redis_flushed"))
     started: list[GatewayServer] = []
 
     def start(tenant_pools: dict[str, Any]) -> GatewayServer:
@@ -60,7 +60,7 @@ def gateway_for(
             {"sha256": hash_key(ADMIN), "tenant": "ops", "name": "admin", "admin": True},
         ]
         document["tenants"] = {"acme": {"pools": tenant_pools}}
-        document["store"] = {"url_env": "SWITCHYARD_REDIS_URL"}
+        document["store"] = {"url_env": "SORTYARD_REDIS_URL"}
         gateway = GatewayServer(write_policy(tmp_path / "policy.yaml", document)).start()
         started.append(gateway)
         return gateway
@@ -107,12 +107,12 @@ def test_a_fallback_is_priced_and_recorded_at_the_pool_that_served_it(
     gateway = gateway_for({})
     client = _client(gateway)
     raw = client.chat.completions.with_raw_response.create(model="primary", messages=MESSAGES)
-    assert raw.headers["x-switchyard-fallback-pool"] == "backup"
+    assert raw.headers["x-sortyard-fallback-pool"] == "backup"
     assert raw.parse().choices[0].message.content == "Hello from the fake upstream."
     with client.chat.completions.with_streaming_response.create(
         model="primary", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
     ) as streamed:
-        assert streamed.headers["x-switchyard-fallback-pool"] == "backup"
+        assert streamed.headers["x-sortyard-fallback-pool"] == "backup"
         chunks = list(streamed.parse())
     assert (
         "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -133,14 +133,14 @@ def test_a_fallback_is_priced_and_recorded_at_the_pool_that_served_it(
     assert acme["keys"]["k"] == expected and acme["total"] == expected
 
     tokens = _eventually(
-        lambda: _samples(gateway, "switchyard_tokens_total"),
+        lambda: _samples(gateway, "sortyard_tokens_total"),
         lambda samples: samples.get((("direction", "output"), ("pool", "backup"))) == 12,
     )
     assert tokens == {
         (("direction", "input"), ("pool", "backup")): 22,
         (("direction", "output"), ("pool", "backup")): 12,
     }
-    requests = _samples(gateway, "switchyard_requests_total")
+    requests = _samples(gateway, "sortyard_requests_total")
     assert requests == {(("endpoint", "chat"), ("pool", "backup"), ("status", "200")): 2}
 
 
@@ -156,7 +156,7 @@ def test_a_fallback_counts_against_the_limits_of_the_pool_asked_for(
     client = _client(gateway)
     for remaining in ("1", "0"):
         raw = client.chat.completions.with_raw_response.create(model="primary", messages=MESSAGES)
-        assert raw.headers["x-switchyard-fallback-pool"] == "backup"
+        assert raw.headers["x-sortyard-fallback-pool"] == "backup"
         assert raw.headers["x-ratelimit-limit-requests"] == "2"  # primary's limits were checked
         assert raw.headers["x-ratelimit-remaining-requests"] == remaining
         assert raw.headers["x-ratelimit-limit-tokens"] == "10000"
@@ -165,9 +165,7 @@ def test_a_fallback_counts_against_the_limits_of_the_pool_asked_for(
     assert "(pool:primary)" in info.value.message
     # the two fallbacks took nothing of backup's own limit: its one request a minute is still there
     raw = client.chat.completions.with_raw_response.create(model="backup", messages=MESSAGES)
-    assert (
-        raw.headers["x-ratelimit-limit-requests"] == "1" and "x-switchyard-fallback-pool" not in raw.headers
-    )
+    assert raw.headers["x-ratelimit-limit-requests"] == "1" and "x-sortyard-fallback-pool" not in raw.headers
     with pytest.raises(openai.RateLimitError) as info:
         client.chat.completions.create(model="backup", messages=MESSAGES)
     assert "(pool:backup)" in info.value.message

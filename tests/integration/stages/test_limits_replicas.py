@@ -36,7 +36,7 @@ def _policy(tmp_path: Path, upstream: FakeUpstream, limits: dict[str, Any], **st
     document["auth"] = {"required": True}
     # a generous store timeout: on a busy 2-core CI box a spurious timeout would fail open to the
     # local limiter, which is exactly the drift this test must not see
-    document["store"] = {"url_env": "SWITCHYARD_REDIS_URL", "timeout_s": 2.0, **store}
+    document["store"] = {"url_env": "SORTYARD_REDIS_URL", "timeout_s": 2.0, **store}
     document["keys"] = [
         {"sha256": hash_key(KEY), "tenant": "acme", "name": "k", "limits": limits},
         {"sha256": hash_key(ADMIN), "tenant": "ops", "name": "admin", "admin": True},
@@ -62,7 +62,7 @@ async def _fire(urls: list[str], total: int, concurrency: int) -> list[int]:
 
 
 def _replicas(policy: Path, redis_url: str) -> list[GatewayProcess]:
-    procs = [GatewayProcess(policy, env={"SWITCHYARD_REDIS_URL": redis_url}) for _ in range(3)]
+    procs = [GatewayProcess(policy, env={"SORTYARD_REDIS_URL": redis_url}) for _ in range(3)]
     return [p.wait_ready() for p in procs]
 
 
@@ -109,7 +109,7 @@ def test_three_replicas_never_exceed_the_tpm_limit_and_the_ledger_is_exact(
 def test_redis_stopped_and_restarted(
     tmp_path: Path, upstream: FakeUpstream, own_redis: RedisServer, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SWITCHYARD_REDIS_URL", own_redis.url)
+    monkeypatch.setenv("SORTYARD_REDIS_URL", own_redis.url)
     policy = _policy(tmp_path, upstream, {"requests_per_minute": 10_000}, on_failure=mode, timeout_s=0.1)
     gateway = GatewayServer(policy).start()
     headers = {"Authorization": f"Bearer {KEY}"}
@@ -129,7 +129,7 @@ def test_redis_stopped_and_restarted(
         if mode == "fail_open":
             assert all(status == 200 for status, _, _ in during)
             metrics = httpx.get(gateway.url + "/metrics").text
-            assert "switchyard_store_fallbacks_total" in metrics
+            assert "sortyard_store_fallbacks_total" in metrics
         else:
             assert all(status == 503 for status, _, _ in during)
             response = during[0][2]

@@ -62,7 +62,7 @@ def test_shared_prefixes_stick_to_one_replica_and_salts_are_per_tenant(tmp_path:
         )
         assert plain.status_code == 200 and "cache_salt" not in replicas[0].requests[-1]
         metrics = httpx.get(gateway.url + "/metrics").text
-        assert 'switchyard_cache_events_total{cache="affinity",event="affinity_hit"}' in metrics
+        assert 'sortyard_cache_events_total{cache="affinity",event="affinity_hit"}' in metrics
     finally:
         gateway.stop()
         for r in replicas:

@@ -73,7 +73,9 @@ def test_no_policy_priority_sends_none(setup: tuple[GatewayServer, FakeUpstream]
     assert "priority" not in _sent(setup, PLAIN, priority=None)  # an explicit null is dropped
 
 
-@pytest.mark.parametrize("key", [TENANTS, URGENT, PLAIN, "sk-anonymous"])
+@pytest.mark.parametrize(
+    "key", [TENANTS, URGENT, PLAIN, "sk-anonymous"], ids=["tenant", "key", "plain", "anonymous"]
+)
 @pytest.mark.parametrize("given", [0, 99, -5])
 def test_a_client_priority_its_key_may_not_set_is_refused(
     setup: tuple[GatewayServer, FakeUpstream], key: str, given: int

@@ -40,14 +40,14 @@ def test_auto_uses_the_classifier_and_explains(tmp_path: Path, upstream: FakeUps
     gateway = GatewayServer(write_policy(tmp_path / "p.yaml", _policy(upstream, RULES))).start()
     try:
         hard = _ask(gateway, [{"role": "user", "content": "Prove that there are infinitely many primes."}])
-        assert hard.status_code == 200 and hard.headers["x-switchyard-pool"] == "large"
-        assert "prove" in hard.headers["x-switchyard-route-reason"]
+        assert hard.status_code == 200 and hard.headers["x-sortyard-pool"] == "large"
+        assert "prove" in hard.headers["x-sortyard-route-reason"]
         assert hard.json()["model"] == "auto"
         easy = _ask(gateway, [{"role": "user", "content": "hello!"}], model="router")
-        assert easy.headers["x-switchyard-pool"] == "small"
+        assert easy.headers["x-sortyard-pool"] == "small"
         direct = _ask(gateway, [{"role": "user", "content": "prove it"}], model="small")
-        assert direct.headers["x-switchyard-pool"] == "small"
-        assert direct.headers["x-switchyard-route-reason"] == "pool"
+        assert direct.headers["x-sortyard-pool"] == "small"
+        assert direct.headers["x-sortyard-route-reason"] == "pool"
         models = [m["id"] for m in httpx.get(gateway.url + "/v1/models").json()["data"]]
         assert "auto" in models and "router" in models
     finally:
@@ -62,19 +62,19 @@ def test_a_conversation_keeps_its_tier(tmp_path: Path, upstream: FakeUpstream) -
             {"role": "user", "content": "Prove that sqrt(2) is irrational."},
         ]
         first = _ask(gateway, turns)
-        assert first.headers["x-switchyard-pool"] == "large"
+        assert first.headers["x-sortyard-pool"] == "large"
         turns += [{"role": "assistant", "content": "Suppose..."}, {"role": "user", "content": "thanks!"}]
         later = _ask(gateway, turns)
-        assert later.headers["x-switchyard-pool"] == "large"
+        assert later.headers["x-sortyard-pool"] == "large"
         # a later turn still says why its conversation got its tier
-        reason = first.headers["x-switchyard-route-reason"]
-        assert reason and later.headers["x-switchyard-route-reason"] == f"sticky conversation ({reason})"
+        reason = first.headers["x-sortyard-route-reason"]
+        assert reason and later.headers["x-sortyard-route-reason"] == f"sticky conversation ({reason})"
     finally:
         gateway.stop()
     unsticky = _policy(upstream, {**RULES, "sticky_conversations": False})
     gateway = GatewayServer(write_policy(tmp_path / "q.yaml", unsticky)).start()
     try:
-        assert _ask(gateway, turns).headers["x-switchyard-pool"] == "small"
+        assert _ask(gateway, turns).headers["x-sortyard-pool"] == "small"
     finally:
         gateway.stop()
 
@@ -93,8 +93,8 @@ def test_the_shipped_learned_classifier_routes(tmp_path: Path, upstream: FakeUps
             ],
         )
         assert response.status_code == 200
-        assert response.headers["x-switchyard-route-reason"].startswith("learned")
-        assert response.headers["x-switchyard-pool"] in ("small", "medium", "large")
+        assert response.headers["x-sortyard-route-reason"].startswith("learned")
+        assert response.headers["x-sortyard-pool"] in ("small", "medium", "large")
     finally:
         gateway.stop()
 

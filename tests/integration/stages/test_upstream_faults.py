@@ -4,8 +4,8 @@
   ``first_byte_s`` bounds a stream's headers and first event, ``idle_s`` the gaps after it.
 - A timeout of a request the replica accepted is no breaker failure; a connect timeout is one (a
   connect error, retried on another replica).
-- A stream that breaks after its first event is a 200 in ``switchyard_requests_total`` and counts
-  in ``switchyard_stream_errors_total`` and ``switchyard_upstream_errors_total``.
+- A stream that breaks after its first event is a 200 in ``sortyard_requests_total`` and counts
+  in ``sortyard_stream_errors_total`` and ``sortyard_upstream_errors_total``.
 
 Every breaker here opens on one failure, so a failure wrongly counted shows at once.
 """
@@ -136,7 +136,7 @@ def _timeouts(gateway: GatewayServer, pool: str) -> float:
     """The pool's timed-out attempts as the gateway counted them. The fake upstream's own record is no
     proof of an attempt: on a busy machine the gateway can give up on a hanging replica before the
     fake has read (and recorded) the request's body."""
-    return samples(gateway).get(f"switchyard_upstream_errors_total{{kind=upstream_timeout,pool={pool}}}", 0.0)
+    return samples(gateway).get(f"sortyard_upstream_errors_total{{kind=upstream_timeout,pool={pool}}}", 0.0)
 
 
 def _stream_text(gateway: GatewayServer, model: str) -> str:
@@ -237,7 +237,7 @@ def test_a_connect_timeout_is_a_connect_error(gateway: GatewayServer, upstream: 
     assert _served(upstream, since, "echo") == 1  # retried on r1 although on_timeout is off
     assert _breakers(gateway, "nocontact") == {"r0": "open", "r1": "closed"}
     counts = samples(gateway)
-    assert counts["switchyard_requests_total{endpoint=chat,pool=nocontact,status=200}"] == 1
+    assert counts["sortyard_requests_total{endpoint=chat,pool=nocontact,status=200}"] == 1
 
 
 def test_a_stream_broken_midway_counts_as_200_and_a_stream_error(gateway: GatewayServer) -> None:
@@ -255,10 +255,10 @@ def test_a_stream_broken_midway_counts_as_200_and_a_stream_error(gateway: Gatewa
     def delta(name: str) -> float:
         return after.get(name, 0.0) - before.get(name, 0.0)
 
-    assert delta("switchyard_requests_total{endpoint=chat,pool=cut,status=200}") == 1
-    assert delta("switchyard_requests_total{endpoint=chat,pool=cut,status=502}") == 0
-    assert delta("switchyard_stream_errors_total{kind=upstream_protocol_error,pool=cut}") == 1
-    assert delta("switchyard_upstream_errors_total{kind=upstream_protocol_error,pool=cut}") == 1
+    assert delta("sortyard_requests_total{endpoint=chat,pool=cut,status=200}") == 1
+    assert delta("sortyard_requests_total{endpoint=chat,pool=cut,status=502}") == 0
+    assert delta("sortyard_stream_errors_total{kind=upstream_protocol_error,pool=cut}") == 1
+    assert delta("sortyard_upstream_errors_total{kind=upstream_protocol_error,pool=cut}") == 1
 
 
 def test_a_failed_plain_request_counts_its_status_and_its_upstream_error(gateway: GatewayServer) -> None:
@@ -267,8 +267,8 @@ def test_a_failed_plain_request_counts_its_status_and_its_upstream_error(gateway
         _client(gateway).chat.completions.create(model="fail", messages=MESSAGES)
     after = samples(gateway)
     for name in (
-        "switchyard_requests_total{endpoint=chat,pool=fail,status=502}",
-        "switchyard_upstream_errors_total{kind=upstream_error,pool=fail}",
+        "sortyard_requests_total{endpoint=chat,pool=fail,status=502}",
+        "sortyard_upstream_errors_total{kind=upstream_error,pool=fail}",
     ):
         assert after.get(name, 0.0) - before.get(name, 0.0) == 1, name
-    assert "switchyard_stream_errors_total{kind=upstream_error,pool=fail}" not in after
+    assert "sortyard_stream_errors_total{kind=upstream_error,pool=fail}" not in after

@@ -18,7 +18,7 @@ from backends.engine.layers.activation import SiluAndMul
 def test_build_is_cached_per_source_and_compiler(
     source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SWITCHYARD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SORTYARD_CACHE_DIR", str(tmp_path))
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler here")
     first = build.build(source)
@@ -32,7 +32,7 @@ def test_without_openmp_the_kernels_start_their_own_threads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A compiler that refuses -fopenmp still builds them; their rows are split over pthreads."""
-    monkeypatch.setenv("SWITCHYARD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SORTYARD_CACHE_DIR", str(tmp_path))
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler here")
     monkeypatch.setattr(build, "OPENMP", ("-fno-such-option-anywhere",))

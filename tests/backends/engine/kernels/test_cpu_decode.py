@@ -212,7 +212,7 @@ def test_the_vector_path_matches_the_portable_loops(
 
 
 def test_falls_back_to_torch_without_a_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SWITCHYARD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SORTYARD_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     cpu_decode.load.cache_clear()
     try:
@@ -222,7 +222,7 @@ def test_falls_back_to_torch_without_a_compiler(tmp_path: Path, monkeypatch: pyt
 
 
 def test_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SWITCHYARD_CPU_KERNELS", "0")
+    monkeypatch.setenv("SORTYARD_CPU_KERNELS", "0")
     cpu_decode.load.cache_clear()
     try:
         assert cpu_decode.load() is None

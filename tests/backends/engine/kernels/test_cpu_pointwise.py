@@ -119,7 +119,7 @@ def test_sizes_past_the_kernels_limits_keep_the_torch_ops(kernel: cpu_pointwise.
 
 
 def test_switched_off_with_the_other_cpu_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SWITCHYARD_CPU_KERNELS", "0")
+    monkeypatch.setenv("SORTYARD_CPU_KERNELS", "0")
     cpu_pointwise.load.cache_clear()
     try:
         assert cpu_pointwise.load() is None

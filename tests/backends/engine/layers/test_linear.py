@@ -80,7 +80,7 @@ def test_float16_stays_unpacked() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cpu_kernels_off_leaves_weights_unpacked(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SWITCHYARD_CPU_KERNELS", "0")
+    monkeypatch.setenv("SORTYARD_CPU_KERNELS", "0")
     layer = _layer(dtype)
 
     assert not layer.prepack(batch_hint=64)

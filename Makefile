@@ -35,11 +35,16 @@ browser:
 run: $(STAMP)
 	$(PY) -m gateway run
 
+# The suite runs on pytest-xdist workers, whole files each, files with slow tests first (tests/conftest.py);
+# many tests wait on processes, servers and sockets, so there are more workers than cores. The 30
+# slowest tests are printed at the end.
+TEST_WORKERS ?= 4
+PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) --durations=30
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q $(PYTEST_XDIST) -m "not slow"
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

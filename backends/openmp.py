@@ -92,3 +92,14 @@ def loaded_runtime() -> str:
     except OSError:
         return "gnu"
     return "intel" if _LIBRARY in maps else "gnu"
+
+
+def default_num_threads(environ: Mapping[str, str] | None = None) -> int:
+    """CPU threads for torch when none were asked for: ``OMP_NUM_THREADS`` when it is set (the
+    standard knob: several engines sharing a machine, a test worker among others), else every core
+    this process may run on."""
+    env = os.environ if environ is None else environ
+    raw = env.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    return len(os.sched_getaffinity(0))

@@ -71,7 +71,7 @@ from backends.engine.config import EngineConfig
 from backends.engine.llm_engine import LLMEngine
 from backends.engine.loader import GEMMA3_NAME, SMOLLM2_NAME, gemma3_gguf_path, smollm2_gguf_path
 from backends.engine.sampling_params import SamplingParams
-from backends.openmp import loaded_runtime
+from backends.openmp import default_num_threads, loaded_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_SPECIAL_TOKENS = 17  # SmolLM2's control tokens come first in its vocab
@@ -198,7 +198,7 @@ def step_once(
 def run_hf(args: argparse.Namespace, work: Workload) -> dict[str, object]:
     from transformers import AutoModelForCausalLM
 
-    torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
+    torch.set_num_threads(args.threads or default_num_threads())
     path = GGUF_PATHS[args.model]()
     dtype = getattr(torch, args.dtype)
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype).eval()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import random
 import time
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from backends.engine.sequence import Sequence, SequenceStatus
 from backends.engine.spec_decode import SpecDecodeStats, build_proposer, verify
 from backends.engine.stats import EngineStats
 from backends.engine.tokenizer import IncrementalDetokenizer, Tokenizer
+from backends.openmp import default_num_threads
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class LLMEngine:
         self.config = config
         self.device = torch.device(_resolve_device(config.device))
         if self.device.type == "cpu":
-            torch.set_num_threads(config.num_threads or len(os.sched_getaffinity(0)))
+            torch.set_num_threads(config.num_threads or default_num_threads())
             keep_freed_memory()
         started = time.monotonic()
         log.info("loading model %s", config.model)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.openmp import OPENMP_ENV, intel_openmp_library, preload_env
+from backends.openmp import OPENMP_ENV, default_num_threads, intel_openmp_library, preload_env
 
 ROOT = Path(__file__).resolve().parents[2]
 LIB = Path("/venv/lib/libiomp5.so")
@@ -69,3 +69,18 @@ def test_a_process_starts_itself_again_on_the_runtime(choice: str, runtime: str)
     assert loaded == runtime
     assert err == ""  # no warning from either runtime
     assert int(pid) == process.pid  # started again in place: a supervisor's PID stays right
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"OMP_NUM_THREADS": "3"}, 3),
+        ({"OMP_NUM_THREADS": "2,1"}, 2),
+        ({"OMP_NUM_THREADS": "0"}, None),
+        ({}, None),
+    ],
+)
+def test_threads_follow_omp_num_threads_else_the_usable_cores(
+    environ: dict[str, str], expected: int | None
+) -> None:
+    assert default_num_threads(environ) == (expected or len(os.sched_getaffinity(0)))

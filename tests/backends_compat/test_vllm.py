@@ -33,10 +33,13 @@ from gateway.replicas.state import ReplicaState
 from tests.backends_compat.scenarios import MESSAGES, CompatScenarios, Target, compat_policy, wait_until
 from tests.support.cut_proxy import CutProxy
 from tests.support.gateway_server import GatewayServer, write_policy
-from tests.support.vllm_server import VllmServer, VllmUnavailable, ensure_vllm
+from tests.support.vllm_server import START_TIMEOUT_S, VllmServer, VllmUnavailable, ensure_vllm
 from tests.support.wire_fake import WireFake, load_transcript
 
-pytestmark = pytest.mark.slow
+SETUP_TIMEOUT_S = 1800 + START_TIMEOUT_S
+"""The first test's setup installs vLLM's venv when a machine has none (minutes from the registries),
+then starts it: the suite's 300 s would cut it."""
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(SETUP_TIMEOUT_S)]
 
 SERVED = "smollm2-135m"
 """vLLM's ``--served-model-name``: what the gateway asks the replica for."""

@@ -80,10 +80,10 @@ class GatewayServer:
             host="127.0.0.1",
             port=self.port,
             loop="uvloop",
-            http=guarded_protocol(self.settings.header_read_timeout_s),  # what `switchyard serve` runs
+            http=guarded_protocol(self.settings.header_read_timeout_s),  # what `sortyard serve` runs
             log_level="warning",
             access_log=False,
-            proxy_headers=False,  # as `switchyard serve`: X-Forwarded-For only per the policy
+            proxy_headers=False,  # as `sortyard serve`: X-Forwarded-For only per the policy
             lifespan="on",
             timeout_graceful_shutdown=self.settings.drain_timeout_s,  # type: ignore[arg-type]  # a float works
         )
@@ -121,7 +121,7 @@ class GatewayServer:
         return self
 
     def compile_with(self, environ: dict[str, str]) -> GatewayServer:
-        """Serve the same policy compiled against ``environ`` (its ``SWITCHYARD_*`` telemetry
+        """Serve the same policy compiled against ``environ`` (its ``SORTYARD_*`` telemetry
         overrides) instead of this process's environment, as a restart with that environment would."""
         reloader = self.gateway.reloader
 

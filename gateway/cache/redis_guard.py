@@ -9,13 +9,13 @@ get the default at once instead of each waiting out a timeout; then the next cal
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from gateway.redis_client.commands import RespCommands
+from gateway.redis_client.deadline import Deadline
 from gateway.redis_client.resp import RespError
 
 T = TypeVar("T")
@@ -73,7 +73,7 @@ class RedisGuard:
             self.on_event("error")
             return default
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with Deadline(self.timeout_s):
                 result = await operation()
         except (RespError, OSError, TimeoutError) as exc:  # an error reply, down, too slow
             if not self._is_down:

@@ -8,7 +8,6 @@ is ``lua/put_key.lua``: the revision check, the record, the version and the audi
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from importlib import resources
 from typing import Any
@@ -18,6 +17,7 @@ import msgspec
 from gateway.keys.records import AuditEntry, KeyRecord
 from gateway.keys.store import WriteConflict
 from gateway.redis_client.commands import RespCommands
+from gateway.redis_client.deadline import Deadline
 
 __all__ = ["RedisKeyStore"]
 
@@ -47,7 +47,7 @@ class RedisKeyStore:
         return cls(RespCommands.from_url(url), **kwargs)
 
     async def _run(self, *args: Any) -> Any:
-        async with asyncio.timeout(self.timeout_s):
+        async with Deadline(self.timeout_s):
             return await self.redis.resp.execute(*args)
 
     async def version(self) -> int:
@@ -59,7 +59,7 @@ class RedisKeyStore:
         return version, [msgspec.json.decode(value, type=KeyRecord) for value in fields]
 
     async def put(self, record: KeyRecord, *, read_revision: int, audit: AuditEntry) -> None:
-        async with asyncio.timeout(self.timeout_s):
+        async with Deadline(self.timeout_s):
             stored = await self.redis.evalsha(
                 _SHA,
                 _SOURCE,

@@ -31,6 +31,7 @@ from typing import Any
 
 import hiredis
 
+from gateway.redis_client.deadline import Deadline
 from gateway.redis_client.url import Address, RedisTarget, parse_url
 
 
@@ -234,7 +235,7 @@ class RespClient:
                     )
                 self._connecting = asyncio.get_running_loop().create_future()
                 try:
-                    async with asyncio.timeout(self.connect_timeout_s):
+                    async with Deadline(self.connect_timeout_s):  # a blocked loop is no slow Redis
                         self._protocol = await self._connect()
                     self._num_failures = 0
                     self._connecting.set_result(None)

@@ -25,6 +25,7 @@ from typing import Any
 
 from gateway.redis_client.commands import RespCommands
 from gateway.redis_client.connect import Connection, open_client
+from gateway.redis_client.deadline import Deadline
 from gateway.redis_client.resp import RespError
 from gateway.stores.base import (
     Admission,
@@ -218,7 +219,7 @@ class RedisStore:
 
     async def ping(self) -> bool:
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with Deadline(self.timeout_s):
                 if self._fast is not None:
                     return bool(await self._fast.execute("PING"))
                 return await self._client.ping()

@@ -2,7 +2,8 @@
 
 Scripts (``lua/*.lua``, package files) are called by their SHA1, computed locally, so the first call
 needs no SCRIPT LOAD; on NOSCRIPT (a restarted or flushed Redis) the script is loaded and the call
-repeated. Every call is bounded by ``timeout_s`` end to end; any failure to answer becomes
+repeated. Every call is bounded by ``timeout_s`` end to end (a ``Deadline``: a loop blocked past it
+is not Redis failing to answer); any failure to answer becomes
 ``StoreUnavailable`` at once (no retries of the call here: the failover wrapper decides what happens
 next).
 
@@ -23,6 +24,7 @@ from typing import Any
 
 from gateway.redis_client.commands import RespCommands
 from gateway.redis_client.connect import Connection
+from gateway.redis_client.deadline import Deadline
 from gateway.redis_client.resp import RespError
 from gateway.stores.base import StoreUnavailable
 
@@ -66,7 +68,7 @@ class ScriptRunner:
         if self._fast is not None:
             return await self._enqueue(script, keys, spec)  # the batch bounds the wait by timeout_s
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with Deadline(self.timeout_s):
                 reply = await self._client.evalsha(script.sha, script.source, keys, spec)  # loads on NOSCRIPT
         except (RespError, OSError, TimeoutError) as exc:
             raise StoreUnavailable(f"rate-limit store unavailable: {exc!r}") from exc
@@ -100,7 +102,7 @@ class ScriptRunner:
         assert self._fast is not None
         specs = [spec for spec, _ in batch]
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with Deadline(self.timeout_s):
                 try:
                     replies = await self._fast.execute("EVALSHA", script.sha, len(keys), *keys, *specs)
                 except RespError as error:

@@ -140,18 +140,23 @@ def _load_through_outage(
     outage: str,
     stop_file: Path,
 ) -> tuple[float, list[tuple[float, int]]]:
-    """The load, with Redis away for OUTAGE_S in its middle. Returns when the outage began
-    (monotonic) and every answer."""
+    """The load, with Redis away for OUTAGE_S in its middle. Returns a moment (monotonic) by which
+    Redis was gone, and every answer.
+
+    That moment is taken once the signal is sent (SIGKILL: once the process is reaped), never
+    before: on a loaded machine this thread can wait a few hundred milliseconds for the CPU or the
+    GIL between a clock read and the signal, while the gateway's loop settles requests in a Redis
+    that is still up."""
     assert own_redis.proc is not None
     before = len(upstream.requests)
     load = clients.submit(_client_process, server.url, NUM_CLIENTS, str(stop_file))
     # leases, credit and settles in Redis, and requests in flight
     _wait_for(lambda: len(upstream.requests) >= before + 2 * NUM_CLIENTS, "the load started")
-    began = time.monotonic()
     if outage == "frozen":
         own_redis.proc.send_signal(signal.SIGSTOP)
     else:
         own_redis.stop()
+    gone_by = time.monotonic()
     time.sleep(OUTAGE_S)  # the outage's length
     if outage == "frozen":
         own_redis.proc.send_signal(signal.SIGCONT)
@@ -160,7 +165,7 @@ def _load_through_outage(
     resumed = len(upstream.requests)
     _wait_for(lambda: len(upstream.requests) >= resumed + NUM_CLIENTS, "the load went on after the outage")
     stop_file.touch()
-    return began, load.result(timeout=30)
+    return gone_by, load.result(timeout=30)
 
 
 def _on_gateway(server: GatewayServer, make: Callable[[], Awaitable[T]], timeout_s: float = 10.0) -> T:
@@ -252,7 +257,9 @@ def test_nothing_leaks_after_a_redis_outage_under_load(
     ).start()
     raw = redis.Redis.from_url(own_redis.url, decode_responses=True)
     try:
-        began, answers = _load_through_outage(server, upstream, own_redis, clients, outage, tmp_path / "stop")
+        gone_by, answers = _load_through_outage(
+            server, upstream, own_redis, clients, outage, tmp_path / "stop"
+        )
         statuses = [status for _, status in answers]
         assert set(statuses) <= {200, 503}, statuses
         if mode == "fail_closed":
@@ -274,9 +281,10 @@ def test_nothing_leaks_after_a_redis_outage_under_load(
             assert in_redis + in_fallback == answered
         else:
             # Redis came back empty, so it lacks what was settled before it died, but has all the rest:
-            # a request sent less than SLOW_ECHO_S before the outage was answered, and settled, after it
+            # a request sent less than SLOW_ECHO_S before Redis was gone was answered, and settled,
+            # after it died
             late = sum(
-                1 for sent_at, status in answers if status == 200 and sent_at > began - SLOW_ECHO_S + 0.05
+                1 for sent_at, status in answers if status == 200 and sent_at > gone_by - SLOW_ECHO_S + 0.05
             )
             assert late <= in_redis + in_fallback <= answered
 

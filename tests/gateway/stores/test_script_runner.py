@@ -20,6 +20,7 @@ from gateway.stores.key_names import KeySpace
 from gateway.stores.lua_codec import admit_spec, read_admit_reply
 from gateway.stores.script_runner import LuaScript, ScriptRunner
 from tests.gateway.stores.conftest import T0, admission, settlement
+from tests.support.loop_stall import block_after_write
 from tests.support.redis_server import RedisServer
 
 ALL_KINDS = LimitRule(scope="key:k1", requests_per_minute=10, tokens_per_minute=1000, max_concurrent=3)
@@ -160,3 +161,20 @@ async def test_a_hung_redis_costs_at_most_the_timeout(own_redis: RedisServer) ->
         assert (await store.admit(admission(ALL_KINDS, now_s=T0 + 2))).allowed
     finally:
         await store.close()
+
+
+async def test_a_loop_blocked_past_the_timeout_fails_no_call_redis_answers(redis_flushed: str) -> None:
+    """The calls in flight are answered: a StoreUnavailable would open a fail_closed store's circuit,
+    a second of 503s for one stall of the gateway's own loop."""
+    client, fast = RespCommands.from_url(redis_flushed), RespClient(redis_flushed)
+    try:
+        runner = ScriptRunner(client, fast, timeout_s=0.2)
+        await runner.run(ADMIT, *_admit_call(admission(TEN_A_MINUTE, now_s=T0, tenant="warm")))  # loads it
+        block_after_write(fast, 0.6)  # three timeouts, the replies waiting in the socket
+        calls = [_admit_call(admission(TEN_A_MINUTE, now_s=T0)) for _ in range(2)]
+        replies = await asyncio.gather(*(runner.run(ADMIT, *call) for call in calls))
+        decisions = [read_admit_reply(reply, admission(TEN_A_MINUTE, now_s=T0))[0] for reply in replies]
+        assert [decision.allowed for decision in decisions] == [True, True]
+    finally:
+        await fast.close()
+        await client.close()

@@ -72,3 +72,30 @@ async def test_a_blocked_loop_moves_the_bound_once(own_redis: RedisServer) -> No
     finally:
         own_redis.proc.send_signal(signal.SIGCONT)
         await client.close()
+
+
+async def test_a_block_that_runs_past_the_bound_raises_timeout_error() -> None:
+    with pytest.raises(TimeoutError):
+        async with Deadline(0.01):
+            await asyncio.Event().wait()  # never set
+
+
+async def test_a_block_that_finishes_in_time_is_left_alone() -> None:
+    async with Deadline(30):
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)  # no cancellation left pending on the task
+
+
+async def test_an_outer_cancellation_is_never_turned_into_a_timeout() -> None:
+    entered = asyncio.Event()
+
+    async def call() -> None:
+        async with Deadline(30):
+            entered.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(call())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

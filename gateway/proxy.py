@@ -308,9 +308,9 @@ async def serve(
                     f"Method {scope['method']} is not allowed for {scope['path']}.", headers={"Allow": "POST"}
                 )
             settings = gateway.settings
-            raw = await read_body(
-                receive, headers, settings.hard_max_body_bytes, settings.body_read_timeout_s
-            )
+            # the policy's limit: a declared length over it gets 413 before the body, a growing one is cut
+            limit = min(settings.hard_max_body_bytes, compiled.policy.limits.max_body_bytes)
+            raw = await read_body(receive, headers, limit, settings.body_read_timeout_s)
             watch = ClientWatch(receive)
             try:
                 peer = scope["client"][0] if scope.get("client") else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,6 +201,18 @@ def test_body_over_limit_is_413(gateway: GatewayServer) -> None:
 
     response = httpx.post(gateway.url + "/v1/chat/completions", content=chunked(), timeout=10)
     _assert_error_shape(response, 413, "request_too_large")
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_the_body(gateway: GatewayServer) -> None:
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 60000000\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as conn:
+        conn.sendall(head)  # and not one byte of the body: the answer must not wait for it
+        reply = conn.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+    assert b'"request_too_large"' in reply
 
 
 def test_unknown_route_and_method_are_openai_shaped(gateway: GatewayServer) -> None:

@@ -83,7 +83,8 @@ class ModelRunner:
         )
         shape = (len(layers), *layer_shape)
         dtype = kv_quant.storage_dtype(self.kv_cache_dtype, self.dtype)
-        # empty, not zeros: a slot is always written before it is read (padding points at valid slots)
+        # empty, not zeros: a block's slots past a sequence's length are never written, and every reader
+        # masks them (the native kernel stops at the length, the torch path zeroes their values)
         k_cache = torch.empty(shape, dtype=dtype, device=self.device)
         v_cache = torch.empty(shape, dtype=dtype, device=self.device)
         for i, layer in enumerate(layers):

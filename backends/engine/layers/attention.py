@@ -202,10 +202,10 @@ def _decode(
     keys = keys.view(num_kv_heads, b, padded_len, width)
     values = values.view(num_kv_heads, b, padded_len, width)
     if kv_quant.is_quantized(k_cache):
-        # the padding past each length is never-written memory: its codes or scale may decode to inf or
-        # NaN, which a zero probability would not cancel (0 * inf)
         keys, values = kv_quant.dequantize(keys, q.dtype), kv_quant.dequantize(values, q.dtype)
-        values = values.masked_fill(~mask.view(1, b, padded_len, 1), 0.0)
+    # the padding past each length (the last block's unwritten slots) is never-written memory: it may
+    # hold inf or NaN, which a zero probability would not cancel (0 * NaN); its scores are masked below
+    values = values.masked_fill(~mask.view(1, b, padded_len, 1), 0.0)
     qg = q.view(b, num_kv_heads, group, head_dim).transpose(0, 1)  # [kv, b, group, d]
     scores = torch.matmul(qg, keys.transpose(-1, -2)) * scale  # [kv, b, group, L]
     scores = scores.masked_fill(~mask.view(1, b, 1, padded_len), float("-inf"))

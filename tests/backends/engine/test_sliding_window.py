@@ -63,6 +63,22 @@ def test_torch_decode_path_matches_hf(
     assert_matches_hf(hf_models["mistral_window20"], prompts, engine.generate(prompts, LONG), max_tokens=24)
 
 
+@pytest.mark.parametrize("path", ["torch", "native"])
+def test_never_written_cache_memory_never_reaches_an_answer(
+    path: str, make_engine: EngineFactory, hf_models: dict[str, Any], request: pytest.FixtureRequest
+) -> None:
+    """The cache is allocated empty: whatever a block's unwritten slots hold (here NaN, as a reused
+    page may), each decode path masks it out, values included (a zero probability times NaN is NaN)."""
+    if path == "torch":
+        request.getfixturevalue("torch_decode_path")
+    engine = make_engine("mistral_window20")
+    runner = engine.runner
+    for cache in (runner.k_cache, runner.v_cache):
+        cache.fill_(float("nan"))
+    prompts = random_prompts(4, 30, 70, seed=12)
+    assert_matches_hf(hf_models["mistral_window20"], prompts, engine.generate(prompts, LONG), max_tokens=24)
+
+
 @pytest.mark.parametrize(("variant", "chunk"), [("mistral_window8", 5), ("mistral_window20", 13)])
 def test_chunked_prefill_matches_hf(
     variant: str, chunk: int, make_engine: EngineFactory, hf_models: dict[str, Any]

@@ -1,10 +1,12 @@
-"""uvicorn's httptools protocol with a deadline on request headers.
+"""uvicorn's httptools protocol with a deadline on request headers and OpenAI-shaped protocol errors.
 
 uvicorn bounds idle keep-alive connections but not a client that sends half a request line and
 waits (slowloris): such a connection holds a worker's socket for as long as the client likes. Here a
 request's headers must be complete within ``header_read_timeout_s`` of the connection opening (or, on
 a kept-alive connection, of the request's first byte); otherwise the client gets an OpenAI-shaped 408
-and the connection is closed. The body has its own deadline in ``gateway.proxy.read_body``.
+and the connection is closed. The body has its own deadline in ``gateway.proxy.read_body``. A request
+httptools cannot parse (a bad chunk size, both Content-Length and Transfer-Encoding, control bytes in
+a header) gets the same shape: a 400 ``invalid_http_request`` instead of uvicorn's plain-text page.
 
 uvicorn takes a protocol class or an import string (``gateway.http_protocol:GuardedHttpToolsProtocol``,
 what worker processes use: they read the timeout from the environment like the rest of the settings).
@@ -17,23 +19,25 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gateway.errors import RequestTimeout, render
+from gateway.errors import GatewayError, InvalidRequest, RequestTimeout, render
 from gateway.settings import Settings
 
+REASONS = {400: "Bad Request", 408: "Request Timeout"}
 
-def _timeout_response(timeout_s: float) -> bytes:
-    status, body, _ = render(
-        RequestTimeout(f"The request headers did not arrive within {timeout_s:g} seconds.")
-    )
+
+def error_response(error: GatewayError) -> bytes:
+    """A whole HTTP/1.1 response carrying ``error`` in the OpenAI shape; the connection then closes."""
+    status, body, _ = render(error)
     head = (
-        f"HTTP/1.1 {status} Request Timeout\r\ncontent-type: application/json\r\n"
+        f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
     )
     return head.encode() + body
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    """HttpToolsProtocol that answers 408 and closes a connection whose request headers are too slow."""
+    """HttpToolsProtocol that answers 408 and closes a connection whose request headers are too slow,
+    and answers what it cannot parse with an OpenAI-shaped 400."""
 
     header_read_timeout_s: float | None = None
     """Seconds a request's headers may take; None: read once from the environment (``Settings``)."""
@@ -79,8 +83,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._arm()  # a pipelined request behind a response still being sent: not ours to cut
             return
         if not self.transport.is_closing():
-            self.transport.write(_timeout_response(self._timeout_s()))
+            message = f"The request headers did not arrive within {self._timeout_s():g} seconds."
+            self.transport.write(error_response(RequestTimeout(message)))
             self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """What httptools could not parse, answered in the OpenAI shape (uvicorn's own is plain text)."""
+        error = InvalidRequest(
+            "The request is not valid HTTP/1.1 (its framing or headers could not be parsed).",
+            code="invalid_http_request",
+        )
+        self.transport.write(error_response(error))
+        self.transport.close()
 
 
 def guarded_protocol(header_read_timeout_s: float) -> type[GuardedHttpToolsProtocol]:

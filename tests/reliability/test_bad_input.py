@@ -8,6 +8,7 @@ to all three proxied endpoints; the answer must be a 2xx or a 4xx in OpenAI's er
 from __future__ import annotations
 
 import json
+import socket
 
 import httpx
 import pytest
@@ -123,3 +124,31 @@ def test_corpus_gets_openai_shaped_answers(
         json.loads(response.content)
         return
     _assert_openai_error(response)
+
+
+BODY = b'{"model": "small", "messages": [{"role": "user", "content": "hi"}]}'
+MALFORMED_HTTP = {
+    "bad chunk size": b"Transfer-Encoding: chunked\r\n\r\nzz\r\n" + BODY + b"\r\n0\r\n\r\n",
+    "content-length and transfer-encoding": (
+        b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
+        % (len(BODY), len(BODY), BODY)
+    ),
+    "control byte in a header": b"X-Note: a\x01b\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY),
+}
+
+
+@pytest.mark.parametrize("rest", list(MALFORMED_HTTP.values()), ids=list(MALFORMED_HTTP))
+def test_malformed_http_gets_an_openai_shaped_400(gateway: GatewayServer, rest: bytes) -> None:
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as conn:
+        conn.sendall(head + rest)
+        reply = b""
+        while chunk := conn.recv(65536):  # the gateway closes the connection after its answer
+            reply += chunk
+    status_line, _, rest_of_reply = reply.partition(b"\r\n")
+    assert status_line.startswith(b"HTTP/1.1 400"), reply[:300]
+    headers, _, body = rest_of_reply.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in headers.lower()
+    error = json.loads(body)["error"]
+    assert error["code"] == "invalid_http_request" and error["type"] == "invalid_request_error"
+    assert set(error) == {"message", "type", "param", "code"}

@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from gateway.telemetry import semconv as sc
 from tests.backends.engine.tiny import build_tiny_model
 from tests.support.gateway_server import write_policy
+from tests.support.readiness import wait_until_ok
 from tests.support.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,20 +36,6 @@ def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-
-
-def _wait_ok(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(proc.stderr.read().decode() if proc.stderr else "exited")
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{url} never answered 200")
 
 
 def _spans(path: Path) -> list[dict[str, Any]]:
@@ -96,8 +82,8 @@ def test_one_trace_through_gateway_and_engine(tmp_path: Path) -> None:
         {**common, "SORTYARD_TEST_SPAN_FILE": str(gateway_spans), "SORTYARD_TRACE_SAMPLING_RATIO": "1"},
     )
     try:
-        _wait_ok(f"http://127.0.0.1:{engine_port}/ready", engine, 120)
-        _wait_ok(f"http://127.0.0.1:{gateway_port}/healthz", gateway, 60)
+        wait_until_ok(f"http://127.0.0.1:{engine_port}/ready", engine, 120)
+        wait_until_ok(f"http://127.0.0.1:{gateway_port}/healthz", gateway, 60)
         client = openai.OpenAI(
             base_url=f"http://127.0.0.1:{gateway_port}/v1", api_key="unused", max_retries=0, timeout=60
         )

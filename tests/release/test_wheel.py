@@ -10,18 +10,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import tomllib
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 import yaml
 
 from tests.support.fake_upstream import FakeUpstream
+from tests.support.readiness import wait_until_ok
 from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.slow
@@ -134,7 +133,7 @@ def test_sortyard_serve_answers_the_openai_sdk(venv: Path, upstream: FakeUpstrea
         stderr=subprocess.PIPE,
     )
     try:
-        _wait_ready(server, f"http://127.0.0.1:{port}/healthz")
+        wait_until_ok(f"http://127.0.0.1:{port}/healthz", server)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0)
         raw = client.chat.completions.with_raw_response.create(
             model="auto", messages=[{"role": "user", "content": "Prove the theorem."}]
@@ -147,17 +146,3 @@ def test_sortyard_serve_answers_the_openai_sdk(venv: Path, upstream: FakeUpstrea
         server.terminate()
         _, stderr = server.communicate(timeout=30)
     assert server.returncode == 0, stderr.decode()[-3000:]
-
-
-def _wait_ready(server: subprocess.Popen[bytes], url: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise AssertionError(f"sortyard serve exited {server.returncode}")
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("sortyard serve never became ready")

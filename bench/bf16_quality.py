@@ -21,7 +21,7 @@ from kv_cache_dtype import common_prefix
 from backends.engine.config import EngineConfig
 from backends.engine.llm_engine import LLMEngine
 from backends.engine.sampling_params import SamplingParams
-from tests.backends.engine.test_kv_cache_dtype_smollm2 import PROMPTS, TEXT, chunked_perplexity
+from tools.engine_quality import PROMPTS, TEXT, chunked_perplexity
 
 MAX_TOKENS = 32
 

@@ -17,10 +17,10 @@ Workload: prompt lengths uniform in [32, 512], output lengths uniform in [16, 25
 non-special token ids of the model's vocabulary (the same lengths for every model), all submitted at
 once, ignore_eos so every length is exact.
 
-Through a server (``--through-server``, ``--baseline vllm-cpu``) the same requests go to
-``/v1/completions`` as token-id prompts, streamed (bench/server_workload.py); each server is started
-fresh, measured, and stopped before the next. vLLM's CPU build is set up on first use in its own venv
-(bench/vllm_cpu.py).
+Through a server (``--through-server``, ``--baseline vllm-cpu``; bench/engine_servers.py) the same
+requests go to ``/v1/completions`` as token-id prompts, streamed (bench/server_workload.py); each server
+is started fresh, measured, and stopped before the next. vLLM's CPU build is set up on first use in its
+own venv (bench/vllm_cpu.py).
 
 With ``--rounds N`` both servers start first and stay up, and N workloads (seeds ``seed``,
 ``seed + 1``, ...) run through each in alternating order (bench/paired_servers.py); the figure is the
@@ -46,24 +46,19 @@ if __name__ == "__main__":  # before torch: the runtime the server runs on (back
 
 import argparse
 import json
-import os
 import random
 import resource
 import statistics
 import sys
-import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import engine_breakdown
 import torch
-from harness.processes import ProcessSpec, free_port
-from paired_servers import Contender, rounds_table, run_paired
-from server_workload import markdown_table, measure_server, percentile
-from vllm_cpu import VllmCpu
+from engine_servers import run_servers, run_servers_paired
+from server_workload import percentile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -73,7 +68,6 @@ from backends.engine.loader import GEMMA3_NAME, SMOLLM2_NAME, gemma3_gguf_path, 
 from backends.engine.sampling_params import SamplingParams
 from backends.openmp import default_num_threads, loaded_runtime
 
-ROOT = Path(__file__).resolve().parents[1]
 NUM_SPECIAL_TOKENS = 17  # SmolLM2's control tokens come first in its vocab
 VOCAB = {SMOLLM2_NAME: (NUM_SPECIAL_TOKENS, 49152), GEMMA3_NAME: (256, 262144)}
 """(first ordinary token id, vocabulary size): Gemma 3 keeps its control and unused tokens below 256."""
@@ -236,94 +230,6 @@ def run_hf(args: argparse.Namespace, work: Workload) -> dict[str, object]:
     }
 
 
-def run_servers(args: argparse.Namespace, work: Workload) -> dict[str, object]:
-    """Sortyard's server, then the baseline's (if any), each fresh, on the same requests."""
-    log_dir = Path(tempfile.mkdtemp(prefix="engine-throughput-"))
-    rows = [measure_one(c, args, work) for c in contenders(args, log_dir)]
-    print(markdown_table(rows))
-    result: dict[str, object] = {"rows": rows, "server_logs": str(log_dir)}
-    if len(rows) == 2:
-        result["output_tok_s_ratio"] = round(rows[0]["output_tok_s"] / rows[1]["output_tok_s"], 2)
-        print(f"\n{rows[0]['system']} / {rows[1]['system']} output tok/s: {result['output_tok_s_ratio']}x")
-    return result
-
-
-def run_servers_paired(args: argparse.Namespace) -> dict[str, object]:
-    """Both servers up at once, ``args.rounds`` workloads through each in alternating order."""
-    log_dir = Path(tempfile.mkdtemp(prefix="engine-throughput-"))
-    first, second = contenders(args, log_dir)
-    workloads = [
-        (w.prompts, w.output_lens)
-        for w in (
-            Workload.build(args.num_requests, args.seed + i, VOCAB[args.model]) for i in range(args.rounds)
-        )
-    ]
-    result = run_paired((first, second), args.model, workloads)
-    print(rounds_table(result))
-    a, b = result["contenders"]
-    print(
-        f"\n{a} / {b} output tok/s over {args.rounds} paired rounds: median {result['median_ratio']}x "
-        f"(geometric mean {result['geomean_ratio']}x, range {result['min_ratio']}-{result['max_ratio']}); "
-        f"medians {result['median_output_tok_s'][a]} vs {result['median_output_tok_s'][b]}"
-    )
-    return {**result, "dtype": args.dtype, "server_logs": str(log_dir)}
-
-
-def contenders(args: argparse.Namespace, log_dir: Path) -> list[Contender]:
-    """Sortyard's server and, with a baseline, the baseline's: how each starts and where it listens."""
-    port = free_port()
-    found = [contender("sortyard", sortyard_argv(args, port), {}, port, log_dir)]
-    baseline_env = dict(kv.split("=", 1) for kv in args.baseline_env)
-    if args.baseline == "sortyard":
-        port = free_port()
-        found.append(contender("sortyard-baseline", sortyard_argv(args, port), baseline_env, port, log_dir))
-    elif args.baseline == "vllm-cpu":
-        vllm = VllmCpu()
-        vllm.setup(GGUF_PATHS[args.model]())
-        port = free_port()
-        argv = vllm.server_argv(
-            port=port,
-            dtype=args.dtype,
-            served_model_name=args.model,
-            max_num_seqs=args.max_num_seqs,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            seed=args.seed,
-        )
-        env = vllm.server_env(
-            kv_cache_gib=max(1, round(args.kv_cache_mib / 1024)),  # vLLM reserves whole GiB
-            cpus=sorted(os.sched_getaffinity(0))[: args.threads or None],
-        )
-        found.append(contender("vllm-cpu", argv, {**env, **baseline_env}, port, log_dir))
-    return found
-
-
-def contender(label: str, argv: list[str], env: dict[str, str], port: int, log_dir: Path) -> Contender:
-    spec = ProcessSpec(label, tuple(argv), cpus=None, log_dir=log_dir, env=env, cwd=ROOT)
-    return Contender(label, spec, f"http://127.0.0.1:{port}")
-
-
-def sortyard_argv(args: argparse.Namespace, port: int) -> list[str]:
-    """``python -m backends.server`` with the engine settings of the in-process run."""
-    argv = [sys.executable, "-m", "backends.server", "--model", args.model, "--dtype", args.dtype,
-            "--port", str(port), "--max-num-seqs", str(args.max_num_seqs),
-            "--max-num-batched-tokens", str(args.max_num_batched_tokens),
-            "--kv-cache-bytes", str(args.kv_cache_mib << 20), "--seed", str(args.seed),
-            "--embedding-model", "none", "--log-level", "warning"]  # fmt: skip
-    if args.quantization:
-        argv += ["--quantization", args.quantization]
-    if args.threads:
-        argv += ["--num-threads", str(args.threads)]
-    return argv
-
-
-def measure_one(server: Contender, args: argparse.Namespace, work: Workload) -> dict[str, Any]:
-    """Start one server, run the workload through it, stop it: one row of the table."""
-    print(f"{server.label}: starting (log {server.spec.log_dir / server.label}.log)", file=sys.stderr)
-    figures = measure_server(server.spec, server.base_url, args.model, work.prompts, work.output_lens)
-    quant = f", {args.quantization}" if args.quantization else ""
-    return {"system": f"{server.label} {args.model} ({args.dtype}{quant})", **figures}
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line, checked: options that cannot go together are refused here."""
     parser = argparse.ArgumentParser(
@@ -392,12 +298,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, object]:
     args = parse_args(argv)
     if args.rounds:
-        result = run_servers_paired(args)
+        workloads = [
+            Workload.build(args.num_requests, args.seed + i, VOCAB[args.model]) for i in range(args.rounds)
+        ]
+        result = run_servers_paired(args, [(w.prompts, w.output_lens) for w in workloads])
         print(json.dumps(result))
         return result
     work = Workload.build(args.num_requests, args.seed, VOCAB[args.model])
     if args.through_server or args.baseline in ("vllm-cpu", "sortyard"):
-        result = run_servers(args, work)
+        result = run_servers(args, (work.prompts, work.output_lens))
     elif args.baseline:
         result = run_hf(args, work)
     else:

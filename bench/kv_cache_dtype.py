@@ -30,7 +30,7 @@ from backends.engine.kernels import cpu_decode
 from backends.engine.layers import kv_quant
 from backends.engine.llm_engine import LLMEngine
 from backends.engine.sampling_params import SamplingParams
-from tests.backends.engine.test_kv_cache_dtype_smollm2 import PROMPTS, TEXT, chunked_perplexity
+from tools.engine_quality import PROMPTS, TEXT, chunked_perplexity
 
 DTYPES = ("auto", "int8", "fp8")
 

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from backends.engine.block_manager import BlockManager
 from backends.engine.config import EngineConfig
 from backends.engine.kv_groups import KVGroups
+from backends.engine.kv_sizing import kv_bytes_per_token
 from backends.engine.llm_engine import LLMEngine
 from backends.engine.loader import LoadedModel, ModelLoader
 from backends.engine.model_config import FULL, SLIDING, ModelConfig
@@ -223,7 +224,9 @@ def measure(
         free_window_blocks=free_window_blocks,
     )
     engine = LLMEngine(config, loader=model)
-    assert engine.model_config.kv_bytes_per_token(4) * BLOCK_SIZE == num_layers * layer_block_bytes
+    assert (
+        kv_bytes_per_token(engine.model_config, torch.float32) * BLOCK_SIZE == num_layers * layer_block_bytes
+    )
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 256, (PROMPT_TOKENS,), generator=g).tolist() for _ in range(args.num_seqs)]
     params = SamplingParams(temperature=0.0, max_tokens=None, ignore_eos=True)

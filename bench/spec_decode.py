@@ -29,8 +29,8 @@ from backends.engine.llm_engine import LLMEngine
 from backends.engine.loader import SMOLLM2_NAME, load_model
 from backends.engine.outputs import RequestOutput
 from backends.engine.sampling_params import SamplingParams
+from tools.engine_quality import TEXT
 
-TEXT = Path(__file__).resolve().parents[1] / "tests/backends/engine/data/pride_and_prejudice_ch1.txt"
 METHODS = ("ngram", "draft")
 
 

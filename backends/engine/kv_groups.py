@@ -6,19 +6,16 @@ Each group is a ``BlockManager``: the full one with no window, the sliding one e
 whose every layer slides (``sliding_window`` set). A sequence has a block table in each (its own
 ``block_table`` and ``sliding_blocks``); both advance together, so a position's slot differs by group
 but ``num_computed_tokens`` is shared. ``KVGroups`` offers the scheduler and engine the same calls as one
-``BlockManager``, each asked of both groups.
+``BlockManager``, each asked of both groups. How many blocks each pool gets is ``kv_sizing.py``'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from backends.engine.block_manager import BlockManager
-from backends.engine.config import EngineConfig
-from backends.engine.layers import kv_quant
-from backends.engine.model_config import ModelConfig
+from backends.engine.kv_sizing import KVPoolSizes
 from backends.engine.sequence import Sequence
 
 
@@ -157,56 +154,6 @@ class KVGroups:
 
 def _split(computed_blocks: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
     return [f for f, _ in computed_blocks], [s for _, s in computed_blocks]
-
-
-@dataclass(frozen=True)
-class KVPoolSizes:
-    """Blocks in each pool: ``num_sliding_blocks`` is None for one pool (every layer in every block)."""
-
-    num_blocks: int
-    """The single pool's blocks, or the full layers' pool's with two groups."""
-    num_sliding_blocks: int | None = None
-
-
-def plan_kv_pools(
-    cfg: ModelConfig,
-    config: EngineConfig,
-    budget_bytes: int,
-    dtype_bytes: int,
-    window: int | None,
-    max_model_len: int,
-) -> KVPoolSizes:
-    """Split ``budget_bytes`` between the pools; one pool unless ``window`` (the sliding layers', None
-    when nothing may be freed) frees the sliding layers of a model that also has full ones. An element
-    takes ``dtype_bytes`` (the model dtype's), or one byte plus a scale a row when ``config.kv_cache_dtype``
-    quantizes.
-
-    Two groups start from the one-pool count (both pools as many blocks as one pool would have: a split
-    proportional to each group's bytes per token), then the sliding pool is capped at what it can ever
-    use: ``max_num_seqs`` windows (and a block each) plus one step's prefill chunk. The bytes above that
-    cap go to the full pool, which keeps every block of every sequence and so is what limits admission.
-    No pool gets more blocks than every sequence at full length could use (they would only waste memory).
-    """
-    bs = config.block_size
-    # K and V rows of every kv head, each with its scale when ``config.kv_cache_dtype`` quantizes
-    row = kv_quant.row_bytes(cfg.head_dim, dtype_bytes, config.kv_cache_dtype)
-    layer_block_bytes = 2 * cfg.num_kv_heads * row * bs
-    max_blocks = config.max_num_seqs * -(-max_model_len // bs) * 2
-    num_one_pool = min(budget_bytes // (cfg.num_layers * layer_block_bytes), max_blocks)
-    num_sliding_layers = sum(cfg.is_sliding(i) for i in range(cfg.num_layers))
-    if num_one_pool < 1:
-        block_bytes = cfg.num_layers * layer_block_bytes
-        raise ValueError(f"KV budget of {budget_bytes} bytes holds no block of {block_bytes} bytes")
-    if window is None or num_sliding_layers == cfg.num_layers:
-        return KVPoolSizes(num_one_pool)
-    window_blocks = -(-(window - 1) // bs) + 1
-    # a block more a sequence covers the rounding of its prefill chunk's own blocks
-    sliding_cap = config.max_num_seqs * (window_blocks + 1) + -(-config.max_num_batched_tokens // bs)
-    num_sliding = min(num_one_pool, sliding_cap)
-    left = budget_bytes - num_sliding * num_sliding_layers * layer_block_bytes
-    num_full_layers = cfg.num_layers - num_sliding_layers
-    num_full = min(left // (num_full_layers * layer_block_bytes), max_blocks)
-    return KVPoolSizes(num_full, num_sliding)
 
 
 def build_kv_blocks(

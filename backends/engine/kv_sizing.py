@@ -1,5 +1,6 @@
-"""How big the KV cache is: the byte budget (explicit, or a share of free device memory), split into
-one pool or two KV groups by ``plan_kv_pools``, and the window whose passed blocks may be freed.
+"""How big the KV cache is: the bytes a token takes, the byte budget (explicit, or a share of free device
+memory), its split into one pool or two KV groups (``plan_kv_pools``), and the window whose passed blocks
+may be freed.
 
 The plan is derived once at start-up and handed to the block manager and the model runner; it never
 writes back into ``EngineConfig``.
@@ -13,9 +14,17 @@ from dataclasses import dataclass
 import torch
 
 from backends.engine.config import EngineConfig
-from backends.engine.kv_groups import KVPoolSizes, plan_kv_pools
 from backends.engine.layers import kv_quant
 from backends.engine.model_config import ModelConfig
+
+
+@dataclass(frozen=True)
+class KVPoolSizes:
+    """Blocks in each pool: ``num_sliding_blocks`` is None for one pool (every layer in every block)."""
+
+    num_blocks: int
+    """The single pool's blocks, or the full layers' pool's with two groups."""
+    num_sliding_blocks: int | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,47 @@ def kv_pool_sizes(
         budget = int(free_bytes * config.kv_cache_fraction)
     dtype_bytes = torch.finfo(dtype).bits // 8
     return plan_kv_pools(cfg, config, budget, dtype_bytes, window, max_model_len)
+
+
+def plan_kv_pools(
+    cfg: ModelConfig,
+    config: EngineConfig,
+    budget_bytes: int,
+    dtype_bytes: int,
+    window: int | None,
+    max_model_len: int,
+) -> KVPoolSizes:
+    """Split ``budget_bytes`` between the pools; one pool unless ``window`` (the sliding layers', None
+    when nothing may be freed) frees the sliding layers of a model that also has full ones. An element
+    takes ``dtype_bytes`` (the model dtype's), or one byte plus a scale a row when ``config.kv_cache_dtype``
+    quantizes.
+
+    Two groups start from the one-pool count (both pools as many blocks as one pool would have: a split
+    proportional to each group's bytes per token), then the sliding pool is capped at what it can ever
+    use: ``max_num_seqs`` windows (and a block each) plus one step's prefill chunk. The bytes above that
+    cap go to the full pool, which keeps every block of every sequence and so is what limits admission.
+    No pool gets more blocks than every sequence at full length could use (they would only waste memory).
+    """
+    bs = config.block_size
+    # K and V rows of every kv head, each with its scale when ``config.kv_cache_dtype`` quantizes
+    row = kv_quant.row_bytes(cfg.head_dim, dtype_bytes, config.kv_cache_dtype)
+    layer_block_bytes = 2 * cfg.num_kv_heads * row * bs
+    max_blocks = config.max_num_seqs * -(-max_model_len // bs) * 2
+    num_one_pool = min(budget_bytes // (cfg.num_layers * layer_block_bytes), max_blocks)
+    num_sliding_layers = sum(cfg.is_sliding(i) for i in range(cfg.num_layers))
+    if num_one_pool < 1:
+        block_bytes = cfg.num_layers * layer_block_bytes
+        raise ValueError(f"KV budget of {budget_bytes} bytes holds no block of {block_bytes} bytes")
+    if window is None or num_sliding_layers == cfg.num_layers:
+        return KVPoolSizes(num_one_pool)
+    window_blocks = -(-(window - 1) // bs) + 1
+    # a block more a sequence covers the rounding of its prefill chunk's own blocks
+    sliding_cap = config.max_num_seqs * (window_blocks + 1) + -(-config.max_num_batched_tokens // bs)
+    num_sliding = min(num_one_pool, sliding_cap)
+    left = budget_bytes - num_sliding * num_sliding_layers * layer_block_bytes
+    num_full_layers = cfg.num_layers - num_sliding_layers
+    num_full = min(left // (num_full_layers * layer_block_bytes), max_blocks)
+    return KVPoolSizes(num_full, num_sliding)
 
 
 def kv_bytes_per_token(cfg: ModelConfig, dtype: torch.dtype, kv_cache_dtype: str = "auto") -> int:

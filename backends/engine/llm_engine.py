@@ -17,6 +17,7 @@ import torch
 
 from backends.engine.config import MAX_DEFAULT_MODEL_LEN, EngineConfig
 from backends.engine.cpu_allocator import keep_freed_memory
+from backends.engine.detokenizer import IncrementalDetokenizer
 from backends.engine.kv_groups import KVBlocks, build_kv_blocks
 from backends.engine.kv_sizing import plan_kv_cache
 from backends.engine.loader import LoadedModel, ModelLoader, load_model
@@ -29,7 +30,7 @@ from backends.engine.scheduler import Scheduler, SchedulerOutput
 from backends.engine.sequence import Sequence, SequenceStatus
 from backends.engine.spec_decode import SpecDecodeStats, build_proposer, verify
 from backends.engine.stats import EngineStats
-from backends.engine.tokenizer import IncrementalDetokenizer, Tokenizer
+from backends.engine.tokenizer import Tokenizer
 from backends.openmp import default_num_threads
 
 log = logging.getLogger(__name__)

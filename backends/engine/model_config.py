@@ -123,10 +123,6 @@ class ModelConfig:
         window = self.sliding_window
         return window if window is not None and window < max_model_len else None
 
-    def kv_bytes_per_token(self, dtype_size: int) -> int:
-        """Bytes of K plus V for one token across all layers."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_size
-
 
 def _gemma3_from_hf(cfg: dict[str, Any]) -> ModelConfig:
     """transformers' Gemma3TextConfig (model_type gemma3_text), with its defaults where keys are absent."""

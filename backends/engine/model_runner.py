@@ -18,7 +18,7 @@ import torch
 
 from backends.engine.layers import kv_quant
 from backends.engine.layers.attention import AttentionMetadata, PrefillChunk
-from backends.engine.layers.linear import MergedLinear
+from backends.engine.layers.quantization import prepare_linears
 from backends.engine.model_config import FULL, SLIDING
 from backends.engine.models.llama import LlamaAttention, LlamaForCausalLM
 from backends.engine.scheduler import ScheduledSeq
@@ -31,7 +31,8 @@ class ModelRunner:
     layers slide comes from ``model.config.layer_types``: all of them when it names none.
     ``num_sliding_blocks``: the sliding layers' own pool (two KV groups); None puts every layer's K/V
     in the one pool of ``num_blocks``.
-    ``quantization``: "int8" or "int4" turns the decoder's GEMM weights to that (``prepare_linears``).
+    ``quantization``: "int8" or "int4" turns the decoder's GEMM weights to that
+    (``layers/quantization.py``'s ``prepare_linears``).
     ``kv_cache_dtype``: "int8" or "fp8" stores K/V as one-byte codes with a scale per row
     (``layers/kv_quant.py``); "auto" in the model's dtype."""
 
@@ -202,43 +203,6 @@ class ModelRunner:
         max_blocks = -(-max(lens) // self.block_size)
         padded = [t[:max_blocks] + [t[0]] * (max_blocks - min(len(t), max_blocks)) for t in tables]
         return torch.tensor(padded, dtype=torch.long, device=self.device)
-
-
-@dataclass(frozen=True, slots=True)
-class WeightBytes:
-    """Bytes of the GEMM weights quantized by one ``quantize_linears`` call: in their float dtype, and
-    quantized (values plus scales, and zeros for int4)."""
-
-    method: str
-    """"int8" or "int4"."""
-    float_bytes: int
-    quantized_bytes: int
-
-
-def quantize_linears(model: LlamaForCausalLM, method: str = "int8") -> WeightBytes:
-    """Every decoder GEMM (q|k|v, o, gate|up, down) to ``method``: "int8" (per output channel) or "int4"
-    (per group of 32 input columns; GGUF Q4_0 / Q4_1 blocks keep their values). The LM head (which may
-    be the tied embedding) stays as it is; layers already quantized are skipped."""
-    if method not in ("int8", "int4"):
-        raise ValueError(f"unknown quantization {method!r}")
-    float_bytes = quantized_bytes = 0
-    for module in model.modules():
-        if isinstance(module, MergedLinear) and module is not model.lm_head and not module.is_quantized:
-            float_bytes += module.num_float_weight_bytes
-            quantized_bytes += module.quantize_int8() if method == "int8" else module.quantize_int4()
-    return WeightBytes(method, float_bytes, quantized_bytes)
-
-
-def prepare_linears(model: LlamaForCausalLM, quantization: str | None) -> WeightBytes | None:
-    """The GEMMs in their serving form: quantized (``quantize_linears``, returns the bytes), or without
-    quantization, weights still in GGUF blocks dequantized (and prepacked) now, at load, rather than in
-    the first step (returns None)."""
-    if quantization is not None:
-        return quantize_linears(model, quantization)
-    for module in model.modules():
-        if isinstance(module, MergedLinear):
-            module.dequantize_blocks()
-    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,8 @@ its window reads count, and a chunk is cut to what the whole pool could hold at 
 
 After the forward pass, ``postprocess`` books the step: computed tokens advance and full blocks are
 cached, a request of n > 1 forks its other completions off its first one once its prompt is computed,
-each sampled token is appended, detokenized and checked against the stop conditions, and a sequence that
-stops is finished (its blocks freed at once).
+each sampled token is appended and checked against the stop conditions (its text and the stop strings are
+``detokenizer.append_text``'s), and a sequence that stops is finished (its blocks freed at once).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from backends.engine.detokenizer import append_text
 from backends.engine.kv_groups import KVBlocks
 from backends.engine.outputs import Logprob
 from backends.engine.sequence import Sequence, SequenceStatus
@@ -282,24 +283,18 @@ class Scheduler:
             text_of = self.token_text
             chosen = Logprob(token, lp[0], text_of(token))
             seq.logprobs.append((chosen, [Logprob(t, v, text_of(t)) for t, v in lp[1]]))
-        new_text = seq.detokenizer.step(seq.token_ids)
-        seq.text += new_text
-        reason = self._stop_reason(seq, token, new_text)
+        stop_token = (token == self.eos_token_id and not seq.params.ignore_eos) or (
+            token in seq.params.stop_token_ids
+        )
+        # its text grows either way; a stop token ends it before any stop string is looked for
+        at_stop_string = append_text(seq, find_stop=not stop_token)
+        reason = "stop" if stop_token or at_stop_string else self._length_reason(seq)
         if reason is not None:
             self.finish(seq, reason)
 
-    def _stop_reason(self, seq: Sequence, token: int, new_text: str) -> str | None:
-        p = seq.params
-        if (token == self.eos_token_id and not p.ignore_eos) or token in p.stop_token_ids:
-            return "stop"
-        if p.stop and new_text:
-            window = len(new_text) + max(len(s) for s in p.stop) - 1
-            start = max(0, len(seq.text) - window)
-            hits = [i for i in (seq.text.find(s, start) for s in p.stop) if i >= 0]
-            if hits:
-                seq.text = seq.text[: min(hits)]
-                return "stop"
-        if p.max_tokens is not None and seq.num_output_tokens >= p.max_tokens:
+    def _length_reason(self, seq: Sequence) -> str | None:
+        """ "length" when seq has reached max_tokens or the model's length, else None."""
+        if seq.params.max_tokens is not None and seq.num_output_tokens >= seq.params.max_tokens:
             return "length"
         if self.max_model_len is not None and seq.num_tokens >= self.max_model_len:
             return "length"

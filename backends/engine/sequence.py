@@ -74,7 +74,7 @@ class Sequence:
     logprobs: list[tuple[Logprob, list[Logprob]]] | None = None
     text: str = ""
     detokenizer: Any = None
-    """The IncrementalDetokenizer the engine attaches."""
+    """The ``detokenizer.IncrementalDetokenizer`` the engine attaches."""
     num_preemptions: int = 0
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""Text <-> token ids, the chat template, and incremental detokenization for streaming."""
+"""Text <-> token ids and the chat template (streamed text, token by token, is ``detokenizer.py``'s)."""
 
 from __future__ import annotations
 
@@ -110,28 +110,3 @@ class Tokenizer:
 
     def _token_str(self, token_id: int | None) -> str:
         return "" if token_id is None else (self.backend.id_to_token(token_id) or "")
-
-
-class IncrementalDetokenizer:
-    """Turns a growing token list into text deltas that never split a UTF-8 character.
-
-    It decodes a short window before the newest tokens (so spacing and merges come out as in a full
-    decode) and holds text back while it ends in the replacement character of a partial byte sequence.
-    """
-
-    CONTEXT_TOKENS = 6
-
-    def __init__(self, tokenizer: Tokenizer, num_prompt_tokens: int) -> None:
-        self.tokenizer = tokenizer
-        self.prefix_offset = max(num_prompt_tokens - self.CONTEXT_TOKENS, 0)
-        self.read_offset = num_prompt_tokens
-
-    def step(self, token_ids: list[int]) -> str:
-        """The new text since the last call, given every token id (prompt included)."""
-        decode = self.tokenizer.decode
-        prefix_text = decode(token_ids[self.prefix_offset : self.read_offset])
-        full_text = decode(token_ids[self.prefix_offset :])
-        if len(full_text) > len(prefix_text) and not full_text.endswith("\ufffd"):
-            self.prefix_offset, self.read_offset = self.read_offset, len(token_ids)
-            return full_text[len(prefix_text) :]
-        return ""

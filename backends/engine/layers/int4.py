@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from backends.engine.layers.quantization import QuantizedTensor
+from backends.engine.layers.gguf_blocks import QuantizedTensor
 
 GROUP_SIZE = 32
 """Input columns per group by default, llama.cpp's Q4 block."""

@@ -7,9 +7,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from backends.engine.kernels import cpu_kernels_enabled
+from backends.engine.layers.gguf_blocks import QuantizedTensor
 from backends.engine.layers.int4 import GROUP_SIZE, Int4Weight
 from backends.engine.layers.int8 import Int8Weight
-from backends.engine.layers.quantization import QuantizedTensor
 
 
 class MergedLinear(nn.Module):

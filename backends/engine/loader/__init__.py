@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from backends.engine.errors import ModelLoadError
-from backends.engine.layers.quantization import QuantizedTensor
+from backends.engine.layers.gguf_blocks import QuantizedTensor
 from backends.engine.model_config import ModelConfig
 from backends.engine.tokenizer import Tokenizer
 

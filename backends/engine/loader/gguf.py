@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from backends.engine.errors import ModelLoadError
-from backends.engine.layers.quantization import GGUF_BLOCK_BYTES, QuantizedTensor
+from backends.engine.layers.gguf_blocks import GGUF_BLOCK_BYTES, QuantizedTensor
 from backends.engine.loader import LoadedModel
 from backends.engine.loader.gguf_file import GGUFFile, read_gguf
 from backends.engine.loader.gguf_tokenizer import gguf_tokenizer

@@ -13,9 +13,9 @@ from torch import nn
 
 from backends.engine.layers.activation import gated_activation
 from backends.engine.layers.attention import AttentionBackend, AttentionMetadata, default_backend
+from backends.engine.layers.gguf_blocks import QuantizedTensor
 from backends.engine.layers.linear import MergedLinear
 from backends.engine.layers.norm import RMSNorm
-from backends.engine.layers.quantization import QuantizedTensor
 from backends.engine.layers.rotary import RotaryEmbedding
 from backends.engine.model_config import ModelConfig
 

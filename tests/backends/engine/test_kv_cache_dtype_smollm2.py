@@ -4,59 +4,21 @@ agreement with the unquantized cache on the reference prompts (decodes through t
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
-
 import pytest
 import torch
 
 from backends.engine.config import EngineConfig
-from backends.engine.layers.attention import AttentionMetadata, PrefillChunk
 from backends.engine.llm_engine import LLMEngine
 from backends.engine.sampling_params import SamplingParams
-from tests.backends.engine.test_smollm2 import MESSAGES
+from tools.engine_quality import PROMPTS, TEXT, chunked_perplexity
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # three engines; minutes on a busy VM
 
-TEXT = Path(__file__).parent / "data" / "pride_and_prejudice_ch1.txt"
-"""The text of test_quantization_perplexity.py (Pride and Prejudice, chapter 1)."""
-
-CHUNK = 64
 MAX_PERPLEXITY_RISE = {"int8": 0.01, "fp8": 0.02}
 """Measured 2026-12-01 (fp32 model): 18.741 auto, 18.781 int8 (+0.22%), 18.782 fp8 (+0.22%)."""
 MIN_AGREEMENT = {"int8": 0.9, "fp8": 0.6}
 """Share of greedy tokens before the first parting from the unquantized cache's, over the prompts;
 measured int8 192/192, fp8 150/192."""
-PROMPTS = [
-    *MESSAGES,
-    [{"role": "user", "content": "Write a short poem about the sea."}],
-    [{"role": "user", "content": "Explain what a hash table is."}],
-    [{"role": "user", "content": "Give three tips for learning a language."}],
-]
-
-
-def chunked_perplexity(engine: LLMEngine, token_ids: list[int]) -> float:
-    """exp(mean next-token NLL), the text fed ``CHUNK`` tokens at a time at slots equal to positions:
-    each chunk after the first reads its keys and values back from the cache."""
-    n = len(token_ids)
-    model = engine.runner.model
-    logits = []
-    with torch.inference_mode():
-        for start in range(0, n, CHUNK):
-            end = min(start + CHUNK, n)
-            meta = AttentionMetadata(
-                slot_mapping=torch.arange(start, end), block_size=engine.config.block_size
-            )
-            if start == 0:
-                meta.prefills.append(PrefillChunk(0, end, 0, None))
-            else:
-                mask = torch.arange(end).unsqueeze(0) <= torch.arange(start, end).unsqueeze(1)
-                meta.prefills.append(PrefillChunk(0, end - start, start, torch.arange(end), mask))
-            hidden = model(torch.tensor(token_ids[start:end]), torch.arange(start, end), meta)
-            logits.append(model.compute_logits(hidden).float())
-    nll = torch.nn.functional.cross_entropy(torch.cat(logits)[:-1], torch.tensor(token_ids[1:]))
-    return math.exp(nll.item())
-
 
 Figures = tuple[float, list[list[int]]]
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 
 from backends.engine.block_manager import BlockManager
-from backends.engine.config import EngineConfig
-from backends.engine.kv_groups import KVGroups, plan_kv_pools
+from backends.engine.kv_groups import KVGroups
+from backends.engine.kv_sizing import kv_bytes_per_token
 from backends.engine.llm_engine import LLMEngine
-from backends.engine.model_config import FULL, SLIDING, ModelConfig
 from backends.engine.outputs import RequestOutput
 from backends.engine.sampling_params import SamplingParams
 from backends.engine.sequence import Sequence
@@ -73,7 +73,7 @@ def run_checked(
 
 
 def one_pool_block_bytes(engine: LLMEngine) -> int:
-    return engine.model_config.kv_bytes_per_token(4) * BLOCK_SIZE
+    return kv_bytes_per_token(engine.model_config, torch.float32) * BLOCK_SIZE
 
 
 def test_only_mixed_models_get_two_groups(make_engine: EngineFactory) -> None:
@@ -91,31 +91,6 @@ def test_only_mixed_models_get_two_groups(make_engine: EngineFactory) -> None:
         single = make_engine(variant)
         assert isinstance(single.block_manager, BlockManager)
         assert single.block_manager.sliding_window == window and not single.runner.has_two_groups
-
-
-def test_the_budget_split() -> None:
-    """Both pools start from the one-pool count; the sliding one is capped at max_num_seqs windows (and
-    a block each) plus one step's chunk, and the rest of its bytes go to the full layers."""
-    gemma = ModelConfig(
-        vocab_size=16,
-        hidden_size=8,
-        intermediate_size=16,
-        num_layers=18,
-        num_heads=4,
-        num_kv_heads=1,
-        head_dim=256,
-        sliding_window=512,
-        layer_types=tuple(FULL if (i + 1) % 6 == 0 else SLIDING for i in range(18)),
-    )
-    layer_block = 2 * 256 * 2 * 16  # K and V, bf16, 16 tokens
-    config = EngineConfig(model="x", max_num_seqs=4, max_num_batched_tokens=512)
-    budget = 1000 * 18 * layer_block  # a one-pool budget of 1,000 blocks
-    sizes = plan_kv_pools(gemma, config, budget, 2, 512, 32768)
-    assert sizes.num_sliding_blocks == 4 * (33 + 1) + 32  # four windows of 33 blocks (and one) and a chunk
-    assert sizes.num_blocks == (1000 * 18 - 168 * 15) // 3  # 5,160: the full pool gains the rest
-    small = plan_kv_pools(gemma, config, 100 * 18 * layer_block, 2, 512, 32768)
-    assert small.num_blocks == small.num_sliding_blocks == 100  # under the cap: as many as one pool
-    assert plan_kv_pools(gemma, config, budget, 2, None, 32768).num_sliding_blocks is None  # freeing off
 
 
 @pytest.mark.parametrize("variant", GEMMA3_VARIANTS)

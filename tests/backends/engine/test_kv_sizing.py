@@ -1,5 +1,5 @@
-"""KV-cache sizing: the budget (explicit or a share of free memory), its split into pools, and the window
-one pool may free."""
+"""KV-cache sizing: the budget (explicit or a share of free memory), its split into pools (one, or the two
+KV groups of a model that mixes full and sliding layers), and the window one pool may free."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import torch
 
 from backends.engine import kv_sizing
 from backends.engine.config import EngineConfig
-from backends.engine.kv_groups import plan_kv_pools
-from backends.engine.kv_sizing import available_host_bytes, freeable_window, plan_kv_cache
+from backends.engine.kv_sizing import available_host_bytes, freeable_window, plan_kv_cache, plan_kv_pools
 from backends.engine.model_config import FULL, SLIDING, ModelConfig
 
 CPU = torch.device("cpu")
@@ -75,3 +74,28 @@ def test_without_a_budget_a_share_of_free_host_memory(monkeypatch: pytest.Monkey
 
 def test_available_host_bytes_reads_the_machine() -> None:
     assert available_host_bytes() > 0
+
+
+def test_the_budget_split_between_two_groups() -> None:
+    """Both pools start from the one-pool count; the sliding one is capped at max_num_seqs windows (and
+    a block each) plus one step's chunk, and the rest of its bytes go to the full layers."""
+    gemma = ModelConfig(
+        vocab_size=16,
+        hidden_size=8,
+        intermediate_size=16,
+        num_layers=18,
+        num_heads=4,
+        num_kv_heads=1,
+        head_dim=256,
+        sliding_window=512,
+        layer_types=tuple(FULL if (i + 1) % 6 == 0 else SLIDING for i in range(18)),
+    )
+    layer_block = 2 * 256 * 2 * 16  # K and V, bf16, 16 tokens
+    config = EngineConfig(model="x", max_num_seqs=4, max_num_batched_tokens=512)
+    budget = 1000 * 18 * layer_block  # a one-pool budget of 1,000 blocks
+    sizes = plan_kv_pools(gemma, config, budget, 2, 512, 32768)
+    assert sizes.num_sliding_blocks == 4 * (33 + 1) + 32  # four windows of 33 blocks (and one) and a chunk
+    assert sizes.num_blocks == (1000 * 18 - 168 * 15) // 3  # 5,160: the full pool gains the rest
+    small = plan_kv_pools(gemma, config, 100 * 18 * layer_block, 2, 512, 32768)
+    assert small.num_blocks == small.num_sliding_blocks == 100  # under the cap: as many as one pool
+    assert plan_kv_pools(gemma, config, budget, 2, None, 32768).num_sliding_blocks is None  # freeing off

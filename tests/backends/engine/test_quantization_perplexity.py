@@ -5,7 +5,6 @@ each)."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,12 +12,11 @@ import torch
 from backends.engine.config import EngineConfig
 from backends.engine.layers.attention import AttentionMetadata, PrefillChunk
 from backends.engine.layers.linear import MergedLinear
+from backends.engine.layers.quantization import quantize_linears
 from backends.engine.llm_engine import LLMEngine
-from backends.engine.model_runner import quantize_linears
+from tools.engine_quality import TEXT
 
 pytestmark = pytest.mark.slow
-
-TEXT = Path(__file__).parent / "data" / "pride_and_prejudice_ch1.txt"
 
 
 def perplexity(engine: LLMEngine, token_ids: list[int]) -> float:

@@ -8,8 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 
 from backends.engine.block_manager import BlockManager
+from backends.engine.kv_sizing import kv_bytes_per_token
 from backends.engine.llm_engine import LLMEngine
 from backends.engine.outputs import RequestOutput
 from backends.engine.sampling_params import SamplingParams
@@ -36,7 +38,7 @@ def pool(engine: LLMEngine) -> BlockManager:
 
 
 def block_bytes(engine: LLMEngine) -> int:
-    return engine.model_config.kv_bytes_per_token(4) * BLOCK_SIZE
+    return kv_bytes_per_token(engine.model_config, torch.float32) * BLOCK_SIZE
 
 
 def guard_metadata(engine: LLMEngine) -> None:

@@ -13,14 +13,9 @@ from backends.engine.llm_engine import LLMEngine
 from backends.engine.loader import smollm2_gguf_path
 from backends.engine.sampling_params import SamplingParams
 from tests.backends.engine.tiny import hf_generate_greedy
+from tools.engine_quality import MESSAGES
 
 pytestmark = pytest.mark.slow
-
-MESSAGES = [
-    [{"role": "user", "content": "What is the capital of France?"}],
-    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}],
-    [{"role": "user", "content": "Count: 1, 2, 3,"}],
-]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Tokenizer wrapper, chat template rendering and incremental detokenization."""
+"""Tokenizer wrapper and chat template rendering."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from backends.engine.chat_template import GEMMA3_CHAT_TEMPLATE, ChatTemplateError, render_chat_template
-from backends.engine.tokenizer import IncrementalDetokenizer, Tokenizer
+from backends.engine.tokenizer import Tokenizer
 from tests.backends.engine.tiny import EOS_ID
 
 
@@ -23,15 +23,6 @@ def test_reads_special_tokens_and_template(tokenizer: Tokenizer) -> None:
     ids = tokenizer.encode(text)
     assert ids[0] == tokenizer.backend.token_to_id("<|im_start|>")
     assert tokenizer.decode(ids) == "user\nhi\nassistant\n"  # specials skipped
-
-
-def test_incremental_detokenizer_never_splits_utf8(tokenizer: Tokenizer) -> None:
-    text = "héllo 東京 🚀!"
-    ids = tokenizer.encode(text)  # one token per byte: multi-byte characters span tokens
-    detok = IncrementalDetokenizer(tokenizer, 0)
-    pieces = [detok.step(ids[: i + 1]) for i in range(len(ids))]
-    assert "".join(pieces) == text
-    assert all("\ufffd" not in p for p in pieces)
 
 
 def test_template_features_like_transformers() -> None:

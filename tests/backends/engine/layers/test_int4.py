@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from backends.engine.layers.int4 import Int4Weight, quantize_int4
 from backends.engine.layers.linear import MergedLinear
-from backends.engine.model_runner import quantize_linears
+from backends.engine.layers.quantization import quantize_linears
 from backends.engine.sampling_params import SamplingParams
 from tests.backends.engine.conftest import EngineFactory
 

@@ -3,8 +3,6 @@ the config's validation."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,7 +10,8 @@ import torch.nn.functional as F
 from backends.engine.config import EngineConfig
 from backends.engine.layers.int8 import Int8Weight, quantize_int8
 from backends.engine.layers.linear import MergedLinear
-from backends.engine.model_runner import ModelRunner, quantize_linears
+from backends.engine.layers.quantization import quantize_linears
+from backends.engine.model_runner import ModelRunner
 from backends.engine.sampling_params import SamplingParams
 from tests.backends.engine.conftest import EngineFactory
 
@@ -138,11 +137,6 @@ def test_the_engine_config_flag_quantizes_the_model(make_engine: EngineFactory) 
     assert all(m.is_int8 for m in model.modules() if isinstance(m, MergedLinear) and m is not model.lm_head)
     params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
     assert len(engine.generate([[5, 9, 2, 7]], params)[0].outputs[0].token_ids) == 4
-
-
-def test_data_file_is_shipped() -> None:
-    text = (Path(__file__).parents[1] / "data" / "pride_and_prejudice_ch1.txt").read_text()
-    assert text.startswith("PRIDE AND PREJUDICE") and "public domain" in text
 
 
 def test_quantized_engine_generates_close_to_fp32(make_engine: EngineFactory) -> None:

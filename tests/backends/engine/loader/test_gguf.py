@@ -8,8 +8,8 @@ import torch
 from gguf.constants import GGMLQuantizationType as QType
 from gguf.quants import quantize
 
+from backends.engine.layers.gguf_blocks import QuantizedTensor
 from backends.engine.layers.linear import MergedLinear
-from backends.engine.layers.quantization import QuantizedTensor
 from backends.engine.loader.gguf import _iter_tensors, unpermute_qk
 from backends.engine.loader.gguf_file import GGUFFile, GGUFTensor
 from backends.engine.model_config import ModelConfig

@@ -1,4 +1,4 @@
-"""The gateway's error tree and the one renderer of OpenAI's error shape.
+"""The gateway's error tree, rendered in OpenAI's error shape (``sortyard.openai_errors``).
 
 ``ErrorClass (status default_code)``, each rendered as ``{"error": {"message", "type", "param",
 "code"}}``::
@@ -32,23 +32,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import msgspec
-
-
-class ErrorBody(msgspec.Struct, omit_defaults=False):
-    """The inner object of OpenAI's ``{"error": {...}}``."""
-
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorEnvelope(msgspec.Struct):
-    error: ErrorBody
-
-
-_encoder = msgspec.json.Encoder()
+from sortyard.openai_errors import ErrorEnvelope, error_envelope, error_json
 
 
 class GatewayError(Exception):
@@ -73,10 +57,10 @@ class GatewayError(Exception):
         self.headers = headers or {}
 
     def body(self) -> ErrorEnvelope:
-        return ErrorEnvelope(ErrorBody(self.message, self.type, self.param, self.code))
+        return error_envelope(self.message, self.type, self.param, self.code)
 
     def to_json(self) -> bytes:
-        return _encoder.encode(self.body())
+        return error_json(self.message, self.type, self.param, self.code)
 
     def to_sse(self) -> bytes:
         """The error as one SSE event, for failures after a stream has started."""

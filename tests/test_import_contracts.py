@@ -1,5 +1,6 @@
 """`make lint` keeps the house in shape: the import contracts of pyproject.toml hold for the tree, and
-they fail on a new import cycle or an engine module that imports the gateway."""
+they fail on a new import cycle, an engine module that imports the gateway, or a module of the shared
+library (sortyard) that imports either."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def _lint(root: Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """A copy of the packages and the contracts, to break on purpose."""
-    for package in ("gateway", "backends", "tools"):
+    for package in ("gateway", "backends", "sortyard", "tools"):
         shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
@@ -53,3 +54,11 @@ def test_the_engine_importing_the_gateway_breaks_the_lint(tree: Path) -> None:
     done = _lint(tree)
     assert done.returncode != 0
     assert "The engine ships without the gateway BROKEN" in done.stdout
+
+
+def test_the_shared_library_importing_the_gateway_breaks_the_lint(tree: Path) -> None:
+    semconv = tree / "sortyard" / "telemetry" / "semconv.py"
+    semconv.write_text(semconv.read_text() + "\nimport gateway.errors  # noqa: E402\n")
+    done = _lint(tree)
+    assert done.returncode != 0
+    assert "The shared library imports neither the gateway nor the engine BROKEN" in done.stdout

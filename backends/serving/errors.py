@@ -1,4 +1,4 @@
-"""The engine server's error tree and the one renderer of OpenAI's error shape.
+"""The engine server's error tree, rendered in OpenAI's error shape (``sortyard.openai_errors``).
 
 ::
 
@@ -25,25 +25,9 @@ from typing import ClassVar
 
 import msgspec
 
+from sortyard.openai_errors import error_json
+
 _HTTP_CODES = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
-
-
-class ErrorBody(msgspec.Struct):
-    """The inner object of OpenAI's ``{"error": {...}}``."""
-
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorEnvelope(msgspec.Struct):
-    """OpenAI's error envelope."""
-
-    error: ErrorBody
-
-
-_encoder = msgspec.json.Encoder()
 
 
 class ServingError(Exception):
@@ -72,7 +56,7 @@ class ServingError(Exception):
         self.headers = headers or {}
 
     def to_json(self) -> bytes:
-        return _encoder.encode(ErrorEnvelope(ErrorBody(self.message, self.error_type, self.param, self.code)))
+        return error_json(self.message, self.error_type, self.param, self.code)
 
     def to_sse(self) -> bytes:
         """The error as one SSE event, for failures after a stream has started."""

@@ -1,14 +1,12 @@
 """The engine continues the gateway's trace: a SERVER span per request with queue-wait, prefill and
 decode children.
 
-The exporter is configured like the gateway's, by the ``OTEL_*`` environment variables (off by
-default; see ``backends.serving.span_exporter``), plus ``OTEL_SERVICE_NAME`` and
-``OTEL_RESOURCE_ATTRIBUTES`` for the resource and ``OTEL_BSP_*`` for the batch processor; span and
-attribute names come from ``backends.serving.semconv``. A request is traced when its ``traceparent``
-says sampled, or, without one, with the ratio in ``SORTYARD_TRACE_SAMPLING_RATIO`` (default 0.01),
-applied as ``ParentBased(TraceIdRatioBased(ratio))``. The decision for a new trace is made before any
-SDK object exists (a random trace id tested with TraceIdRatioBased's own rule, then handed to the SDK,
-whose sampler agrees), so a request that is not traced costs a random number and a compare.
+The exporter and tracer provider are set up as the gateway's, by the ``OTEL_*`` environment variables
+(off by default; ``sortyard.telemetry.exporter``); span and attribute names are the gateway's too
+(``sortyard.telemetry.semconv``). A request is traced when its ``traceparent`` says sampled, or,
+without one, with the ratio in ``SORTYARD_TRACE_SAMPLING_RATIO`` (default 0.01), applied as
+``ParentBased(TraceIdRatioBased(ratio))`` (``sortyard.telemetry.server_span``: a request that is not
+traced costs a random number and a compare).
 
 The spans are written when the request ends, from timestamps taken as it runs (no span is open while
 the engine works): queue wait from submission to the scheduler's first pick
@@ -21,27 +19,22 @@ same server) gets a zero queue wait with prefill covering it, marked
 from __future__ import annotations
 
 import os
-import random
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
-from opentelemetry.trace.span import TraceState
+from opentelemetry.trace import Status, StatusCode
 
-from backends.serving import semconv as sc
-from backends.serving.span_exporter import exporter_from_env
+from sortyard.telemetry import semconv as sc
+from sortyard.telemetry.exporter import exporter_from_env, tracer_provider
+from sortyard.telemetry.server_span import PresetTraceIds, start_server_span
 
 DEFAULT_RATIO = 0.01
 SERVICE_NAME = "sortyard-engine"
-_LOW_64 = (1 << 64) - 1
 
 
 def _ns(perf_s: float, offset_ns: int) -> int:
@@ -65,15 +58,16 @@ class EngineTracer:
         self.enabled = exporter is not None
         self.provider: TracerProvider | None = None
         self._root = TraceIdRatioBased(ratio)
-        self._ids = _PresetTraceIds()
+        self._ids = PresetTraceIds()
         if exporter is None:
             return
-        resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or service_name})
-        self.provider = TracerProvider(
-            sampler=ParentBased(self._root), resource=resource, id_generator=self._ids
+        self.provider = tracer_provider(
+            exporter,
+            service_name=service_name,
+            sampler=ParentBased(self._root),
+            id_generator=self._ids,
+            export_each=export_each,
         )
-        processor = SimpleSpanProcessor(exporter) if export_each else BatchSpanProcessor(exporter)
-        self.provider.add_span_processor(processor)
         self.tracer = self.provider.get_tracer(sc.TRACER_NAME)
 
     @classmethod
@@ -88,7 +82,10 @@ class EngineTracer:
             return None
         offset_ns = time.time_ns() - time.perf_counter_ns()
         arrival_s = time.perf_counter()
-        span = self._start_server(
+        span = start_server_span(
+            self.tracer,
+            self._ids,
+            self._root.bound,
             headers,
             sc.server_span_name("POST", route),
             {
@@ -107,71 +104,6 @@ class EngineTracer:
     def shutdown(self) -> None:
         if self.provider is not None:
             self.provider.shutdown()
-
-    def _start_server(
-        self, headers: Mapping[str, str], name: str, attributes: Mapping[str, Any], start_time_ns: int
-    ) -> trace.Span | None:
-        """A SERVER span continuing the caller's ``traceparent``; None when not sampled."""
-        value = headers.get("traceparent")
-        parent = parse_traceparent(value) if value else None
-        if parent is None:  # a new trace: sample on a trace id drawn here
-            trace_id = random.getrandbits(128)
-            if (trace_id & _LOW_64) >= self._root.bound or trace_id == 0:
-                return None  # the common case
-            self._ids.next_trace_id = trace_id
-            context: Context | None = None
-        elif not parent.trace_flags.sampled:
-            return None  # the caller decided: its traceparent passes through untouched
-        else:
-            state = headers.get("tracestate")
-            if state:
-                parent = SpanContext(
-                    parent.trace_id,
-                    parent.span_id,
-                    is_remote=True,
-                    trace_flags=parent.trace_flags,
-                    trace_state=TraceState.from_header([state]),
-                )
-            context = trace.set_span_in_context(NonRecordingSpan(parent))
-        span = self.tracer.start_span(
-            name, context=context, kind=SpanKind.SERVER, attributes=attributes, start_time=start_time_ns
-        )
-        if not span.is_recording():  # the SDK disagreed (cannot happen with this sampler): drop it
-            return None
-        return span
-
-
-class _PresetTraceIds(RandomIdGenerator):
-    """Hands the SDK the trace id the fast path already drew (and sampled on)."""
-
-    def __init__(self) -> None:
-        self.next_trace_id = 0
-
-    def generate_trace_id(self) -> int:
-        trace_id, self.next_trace_id = self.next_trace_id, 0
-        return trace_id or super().generate_trace_id()
-
-
-def parse_traceparent(value: str) -> SpanContext | None:
-    """A W3C ``traceparent`` (version 00 layout) as a remote span context; None when malformed."""
-    parts = value.strip().split("-")
-    if len(parts) < 4 or len(parts[0]) != 2 or parts[0] == "ff":
-        return None
-    version, trace_hex, span_hex, flags_hex = parts[:4]
-    if (
-        len(trace_hex) != 32
-        or len(span_hex) != 16
-        or len(flags_hex) != 2
-        or (version == "00" and len(parts) > 4)
-    ):
-        return None
-    try:
-        trace_id, span_id, flags = int(trace_hex, 16), int(span_hex, 16), int(flags_hex, 16)
-    except ValueError:
-        return None
-    if trace_id == 0 or span_id == 0:
-        return None
-    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
 
 
 class RequestTrace:

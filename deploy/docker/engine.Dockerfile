@@ -43,6 +43,7 @@ COPY pyproject.toml README.md /src/
 RUN pip install -c /tmp/constraints.txt "/src[engine]" transformers && pip uninstall -y sortyard
 COPY gateway /src/gateway
 COPY backends /src/backends
+COPY sortyard /src/sortyard
 RUN pip install --no-deps /src \
     && rm -rf /opt/sortyard/lib/python3.11/site-packages/gateway \
     && python3 -c "import backends.server, torch, tokenizers, gguf"

@@ -24,6 +24,7 @@ COPY pyproject.toml README.md /src/
 RUN pip install -c /tmp/constraints.txt /src && pip uninstall -y sortyard
 COPY gateway /src/gateway
 COPY backends /src/backends
+COPY sortyard /src/sortyard
 RUN pip install --no-deps /src && python3 -c "import gateway.cli, uvloop, httptools, hiredis"
 
 FROM ${BASE_IMAGE}

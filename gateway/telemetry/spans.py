@@ -1,5 +1,6 @@
 """The spans of one sampled request: its SERVER span, a child per pipeline stage, a CLIENT span per
-upstream attempt, with the GenAI semantic-convention attributes (``gateway.telemetry.semconv``).
+upstream attempt, with the GenAI semantic-convention attributes (``sortyard.telemetry.semconv``, and
+``gateway.telemetry.semconv`` for the names only the gateway writes).
 
 ``gateway.telemetry.tracing.GatewayTracer.start_request`` starts a ``RequestSpan``; the request's
 owner (``gateway.proxy``) puts it on the ``Call`` and ends it when the response is over.
@@ -16,8 +17,9 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from gateway.errors import GatewayError
 from gateway.pipeline import Call, Stage
 from gateway.policy.telemetry import TelemetryConfig
-from gateway.telemetry import semconv as sc
-from gateway.telemetry.traceparent import traceparent_of
+from gateway.telemetry import semconv as gw
+from sortyard.telemetry import semconv as sc
+from sortyard.telemetry.traceparent import traceparent_of
 
 __all__ = ["AttemptSpan", "RequestSpan"]
 
@@ -57,7 +59,7 @@ class RequestSpan:
         span = self.span
         span.set_attribute(sc.GEN_AI_OPERATION_NAME, call.endpoint.operation)
         span.set_attribute(sc.GEN_AI_REQUEST_MODEL, call.model)
-        span.set_attribute(sc.REQUEST_ID, call.request_id)
+        span.set_attribute(gw.REQUEST_ID, call.request_id)
         span.set_attribute(sc.IS_STREAM, call.is_stream)
         for field, attribute in sc.REQUEST_PARAMETERS.items():
             value = call.body.get(field)
@@ -70,7 +72,7 @@ class RequestSpan:
 
     async def run_stage(self, stage: Stage, call: Call) -> None:
         """Await one stage inside its own child span."""
-        span = self.tracer.start_span(sc.stage_span_name(stage.name), context=self.context)
+        span = self.tracer.start_span(gw.stage_span_name(stage.name), context=self.context)
         self.current = trace.set_span_in_context(span)
         try:
             await stage(call)
@@ -86,22 +88,22 @@ class RequestSpan:
         host, _, port = label.rpartition(":")
         attributes: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: call.endpoint.operation,
-            sc.GEN_AI_PROVIDER_NAME: self.config.provider_name,
+            gw.GEN_AI_PROVIDER_NAME: self.config.provider_name,
             sc.GEN_AI_REQUEST_MODEL: model,
-            sc.REPLICA: label,
-            sc.ATTEMPT: attempt,
-            sc.SERVER_ADDRESS: host or label,
+            gw.REPLICA: label,
+            gw.ATTEMPT: attempt,
+            gw.SERVER_ADDRESS: host or label,
         }
         if port.isdigit():
-            attributes[sc.SERVER_PORT] = int(port)
+            attributes[gw.SERVER_PORT] = int(port)
         if call.pool is not None:
-            attributes[sc.POOL] = call.pool
+            attributes[gw.POOL] = call.pool
         if self.config.capture_content:
             content = call.body.get("messages") or call.body.get("prompt") or call.body.get("input")
             if content is not None:
-                attributes[sc.GEN_AI_INPUT_MESSAGES] = json.dumps(content, default=str)
+                attributes[gw.GEN_AI_INPUT_MESSAGES] = json.dumps(content, default=str)
         span = self.tracer.start_span(
-            sc.inference_span_name(call.endpoint.operation, model),
+            gw.inference_span_name(call.endpoint.operation, model),
             context=self.current,
             kind=SpanKind.CLIENT,
             attributes=attributes,
@@ -113,15 +115,15 @@ class RequestSpan:
         span = self.span
         span.set_attribute(sc.HTTP_RESPONSE_STATUS_CODE, status)
         if call is not None:
-            span.set_attribute(sc.TENANT, call.tenant)
+            span.set_attribute(gw.TENANT, call.tenant)
             if call.pool is not None:
-                span.set_attribute(sc.POOL, call.pool)
+                span.set_attribute(gw.POOL, call.pool)
             if call.replica is not None:
-                span.set_attribute(sc.REPLICA, call.replica.label)
+                span.set_attribute(gw.REPLICA, call.replica.label)
             if call.route_reason is not None:
-                span.set_attribute(sc.ROUTE_REASON, call.route_reason)
+                span.set_attribute(gw.ROUTE_REASON, call.route_reason)
             if call.cache_status is not None:
-                span.set_attribute(sc.CACHE_RESULT, call.cache_status)
+                span.set_attribute(gw.CACHE_RESULT, call.cache_status)
             if call.result is not None:
                 span.set_attribute(sc.GEN_AI_RESPONSE_MODEL, call.model)
             _set_usage(span, call)
@@ -148,7 +150,7 @@ class AttemptSpan:
 
     def record_output(self, content: list[Any]) -> None:
         """The completion text (only called when the policy captures content)."""
-        self.span.set_attribute(sc.GEN_AI_OUTPUT_MESSAGES, json.dumps(content, default=str))
+        self.span.set_attribute(gw.GEN_AI_OUTPUT_MESSAGES, json.dumps(content, default=str))
 
     def end(self, call: Call, error: BaseException | None = None) -> None:
         span = self.span

@@ -17,11 +17,12 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.telemetry import semconv as sc
+from gateway.telemetry import semconv as gateway_sc
+from sortyard.telemetry import semconv as sc
 from tests.backends.engine.tiny import build_tiny_model
-from tests.support.gateway_server import write_policy
 from tests.support.readiness import wait_until_ok
-from tests.support.redis_server import free_port
+from tools.servers.gateway_server import write_policy
+from tools.servers.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -133,7 +134,7 @@ def test_one_trace_through_gateway_and_engine(tmp_path: Path) -> None:
     assert parent(gw_client) in stages
     attrs = gw_client["attributes"]
     assert attrs[sc.GEN_AI_OPERATION_NAME] == "chat"
-    assert attrs[sc.GEN_AI_PROVIDER_NAME] == "openai"
+    assert attrs[gateway_sc.GEN_AI_PROVIDER_NAME] == "openai"
     assert attrs[sc.GEN_AI_RESPONSE_MODEL] == "tiny"
     assert attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] > 0 and attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] > 0
     assert attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS]

@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from backends.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from backends.serving import semconv as sc
-from backends.serving.tracing import EngineTracer, parse_traceparent
+from backends.serving.tracing import EngineTracer
+from sortyard.telemetry import semconv as sc
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SAMPLED = f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"
@@ -121,11 +121,3 @@ def test_the_test_span_file_gets_one_json_line_per_span(tmp_path: Path) -> None:
     [record] = [json.loads(line) for line in path.read_text().splitlines()]
     assert record["kind"] == "SERVER" and record["trace_id"] == CALLER_TRACE
     assert record["service"] == "sortyard-engine"
-
-
-def test_parse_traceparent() -> None:
-    context = parse_traceparent(SAMPLED)
-    assert context is not None and context.trace_flags.sampled and context.is_remote
-    for bad in ("", "00-0-0-01", f"ff-{CALLER_TRACE}-00f067aa0ba902b7-01", f"{SAMPLED}-extra",
-                f"00-{'0' * 32}-00f067aa0ba902b7-01", f"00-{CALLER_TRACE}-zzzzzzzzzzzzzzzz-01"):  # fmt: skip
-        assert parse_traceparent(bad) is None

@@ -1,29 +1,30 @@
-"""The span and attribute names the engine server emits.
+"""The span and attribute names both the gateway and the engine server write, in one place, so a trace
+across the two processes lines up.
 
 The GenAI names follow the OpenTelemetry GenAI semantic conventions (``gen_ai.*``, still marked
-"development" upstream), the others the HTTP and error conventions; names of our own live under
-``sortyard.*``. They are the strings the gateway writes on its spans too, so one trace reads the same
-in both processes.
+"development" upstream): when they change, change them here. The others follow the HTTP and error
+conventions; names of our own live under ``sortyard.*``. The names only the gateway writes (its
+stages, upstream attempts, tenants, pools) are in ``gateway.telemetry.semconv``.
 """
 
 from __future__ import annotations
 
 TRACER_NAME = "sortyard"
-"""The instrumentation scope of every span."""
+"""The instrumentation scope of every span, in both processes."""
 
 
+# --- span names -----------------------------------------------------------------------------------
 def server_span_name(method: str, route: str) -> str:
     """HTTP server span: ``POST /v1/chat/completions`` (HTTP semantic conventions)."""
     return f"{method} {route}"
 
 
-# --- span names -----------------------------------------------------------------------------------
 ENGINE_QUEUE_SPAN = "engine.queue_wait"
-"""From submission to the scheduler's first pick of the request."""
+"""Engine: from submission to the scheduler's first pick of the request."""
 ENGINE_PREFILL_SPAN = "engine.prefill"
-"""From the first schedule to the first generated token."""
+"""Engine: from the first schedule to the first generated token."""
 ENGINE_DECODE_SPAN = "engine.decode"
-"""From the first generated token to the last."""
+"""Engine: from the first generated token to the last."""
 
 # --- GenAI attributes -----------------------------------------------------------------------------
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"

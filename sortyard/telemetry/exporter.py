@@ -1,9 +1,12 @@
-"""Where the engine's spans go, as the standard ``OTEL_*`` environment variables say (the gateway reads
-the same ones): ``OTEL_TRACES_EXPORTER`` = ``otlp`` | ``console`` | ``none`` (the default: tracing off),
+"""Where spans go, as the standard ``OTEL_*`` environment variables say, and the tracer provider that
+sends them there: the gateway and the engine server read the same variables and configure alike.
+
+``OTEL_TRACES_EXPORTER`` = ``otlp`` | ``console`` | ``none`` (the default: tracing off),
 ``OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL`` = ``http/protobuf`` (default) | ``grpc`` (when its exporter
 package is installed), ``OTEL_EXPORTER_OTLP[_TRACES]_ENDPOINT`` / ``_HEADERS`` / ``_TIMEOUT`` (read by the
-exporter itself), ``OTEL_SDK_DISABLED``. For tests only, ``SORTYARD_TEST_SPAN_FILE=/path`` writes every
-finished span as one JSON line to that file.
+exporter itself), ``OTEL_SDK_DISABLED``; ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` for the
+resource and ``OTEL_BSP_*`` for the batch processor (read by the SDK). For tests only,
+``SORTYARD_TEST_SPAN_FILE=/path`` writes every finished span as one JSON line to that file, at once.
 """
 
 from __future__ import annotations
@@ -15,8 +18,19 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter, SpanExportResult
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import Sampler
+
+__all__ = ["JsonLinesSpanExporter", "exporter_from_env", "span_record", "tracer_provider"]
 
 logger = logging.getLogger("sortyard.tracing")
 
@@ -100,3 +114,22 @@ def _otlp_exporter(env: Mapping[str, str]) -> SpanExporter | None:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     return OTLPSpanExporter()
+
+
+def tracer_provider(
+    exporter: SpanExporter,
+    *,
+    service_name: str,
+    sampler: Sampler,
+    id_generator: IdGenerator,
+    export_each: bool = False,
+) -> TracerProvider:
+    """The provider that sends every span to ``exporter``: resource ``service.name`` from
+    ``OTEL_SERVICE_NAME`` else ``service_name`` (``OTEL_RESOURCE_ATTRIBUTES`` merged by the SDK); a
+    batch processor, or with ``export_each`` (the test file exporter) one that exports each span as it
+    ends."""
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or service_name})
+    provider = TracerProvider(sampler=sampler, resource=resource, id_generator=id_generator)
+    processor = SimpleSpanProcessor(exporter) if export_each else BatchSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    return provider

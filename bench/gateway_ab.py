@@ -11,6 +11,13 @@ req/s, one per round), with their geometric mean beside it; each side's medians 
     python bench/gateway_ab.py --before /tmp/sy-before                 # against this checkout
     python bench/gateway_ab.py --before /tmp/sy-before --after /tmp/sy-after --rounds 40 --duration 3
 
+``--mode`` picks what wrk sends: ``miss`` (default: a chat completion that goes upstream, no
+``temperature`` so the response cache lets it by), ``hit`` (``temperature: 0``, one body repeated: after
+the first, every request is a response-cache hit, from Redis under the full policy) or ``stream`` (SSE
+from the canned stream). ``--policy harness/policy-full-nocache.yaml.tmpl`` is the full policy with the
+response cache off. Besides req/s, each run reads the gateway's CPU seconds (utime + stime) and reports
+CPU milliseconds per request, the figure that compares a hit with a miss.
+
 The policy template (default: the full policy, ``harness/policy-full.yaml.tmpl``) gets ``${NGINX_PORT}``,
 ``${API_KEY_SHA256}`` and ``${REDIS_URL}`` filled in; each gateway gets ``SORTYARD_REDIS_URL`` and
 ``OTEL_TRACES_EXPORTER=console``, as overhead.py's full-policy rows do, plus any ``--env KEY=VALUE``.
@@ -24,7 +31,7 @@ import json
 import statistics
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -37,6 +44,7 @@ from harness.wrk import WrkResult, WrkRun, find_wrk, run_wrk
 
 FULL_POLICY = Path(__file__).resolve().parent / "harness" / "policy-full.yaml.tmpl"
 SIDES = ("before", "after")
+MODES = ("miss", "hit", "stream")
 
 
 def round_order(index: int) -> tuple[str, str]:
@@ -45,8 +53,13 @@ def round_order(index: int) -> tuple[str, str]:
     return SIDES if index % 2 == 0 else (SIDES[1], SIDES[0])
 
 
-def paired_summary(before: Sequence[WrkResult], after: Sequence[WrkResult]) -> dict[str, Any]:
-    """Each side's medians and the paired after/before req/s ratios of the rounds."""
+def paired_summary(
+    before: Sequence[WrkResult],
+    after: Sequence[WrkResult],
+    cpu_ms: Mapping[str, Sequence[float]] | None = None,
+) -> dict[str, Any]:
+    """Each side's medians and the paired after/before req/s ratios of the rounds; with ``cpu_ms``
+    (side -> the gateway's CPU milliseconds per request of each round), its medians too."""
     if len(before) != len(after) or not before:
         raise ValueError("one result per side and round, at least one round")
     ratios = [a.requests_per_s / b.requests_per_s for a, b in zip(after, before, strict=True)]
@@ -57,6 +70,8 @@ def paired_summary(before: Sequence[WrkResult], after: Sequence[WrkResult]) -> d
             "median_p50_ms": round(statistics.median(r.p50_ms for r in results), 3),
             "requests_per_s": [round(r.requests_per_s, 1) for r in results],
         }
+        if cpu_ms is not None and cpu_ms.get(side):
+            out[side]["median_cpu_ms_per_request"] = round(statistics.median(cpu_ms[side]), 4)
     out["median_ratio"] = round(statistics.median(ratios), 3)
     out["geometric_mean_ratio"] = round(statistics.geometric_mean(ratios), 3)
     out["ratios"] = [round(r, 3) for r in ratios]
@@ -78,6 +93,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--duration", type=int, default=3, help="seconds of each wrk run")
     parser.add_argument("--concurrency", type=int, default=1, help="wrk connections")
+    parser.add_argument("--mode", choices=MODES, default="miss", help="what wrk sends (see above)")
     parser.add_argument("--api-key", default="sk-sy-bench-0000000000000000")
     parser.add_argument("--client-cpus", default="0", help="taskset CPUs of wrk, nginx and redis")
     parser.add_argument("--gateway-cpus", default="1", help="taskset CPUs of both gateways")
@@ -122,21 +138,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
             stack.callback(target.process.stop)
 
+        cpu_ms: dict[str, list[float]] = {side: [] for side in SIDES}
+
         def wrk(side: str, duration_s: int) -> WrkResult:
             run = WrkRun(
                 targets[side].json_url,
                 args.concurrency,
                 duration_s,
+                model="bench-sse" if args.mode == "stream" else "bench",
+                is_stream=args.mode == "stream",
                 api_key=args.api_key,
                 cpus=args.client_cpus,
+                temperature="0" if args.mode == "hit" else None,
             )
+            cpu_before = targets[side].process.cpu_s()
             result = run_wrk(run)
             if result.num_requests == 0:
                 raise BenchError(f"{side}: wrk completed no request ({result.errors})")
+            cpu_ms[side].append((targets[side].process.cpu_s() - cpu_before) * 1000 / result.num_requests)
             return result
 
-        for side in SIDES:  # warm-up: connections, caches, the classifier's first calls
+        for side in SIDES:  # warm-up: connections, caches (the hit's entry), the classifier's first calls
             wrk(side, 2)
+        cpu_ms = {side: [] for side in SIDES}
         results: dict[str, list[WrkResult]] = {side: [] for side in SIDES}
         for index in range(args.rounds):
             for side in round_order(index):
@@ -149,9 +173,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 file=sys.stderr,
                 flush=True,
             )
-    summary = paired_summary(results["before"], results["after"])
+    summary = paired_summary(results["before"], results["after"], cpu_ms)
     summary["trees"] = {side: str(tree) for side, tree in trees.items()}
     summary["plan"] = {
+        "mode": args.mode,
         "policy": str(args.policy),
         "duration_s": args.duration,
         "concurrency": args.concurrency,
@@ -168,8 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     for side in SIDES:
         figures = summary[side]
+        cpu = figures.get("median_cpu_ms_per_request")
         print(
             f"{side}: median {figures['median_requests_per_s']:,.1f} req/s, p50 {figures['median_p50_ms']} ms"
+            + (f", gateway CPU {cpu} ms/request" if cpu is not None else "")
         )
     print(
         f"after / before req/s over {summary['rounds']} paired rounds: median {summary['median_ratio']}, "

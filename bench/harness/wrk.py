@@ -38,6 +38,8 @@ class WrkRun:
     """Sent as ``Accept-Encoding`` when not empty (wrk does not decode: it counts the bytes sent)."""
     timeout_s: int = 10
     """wrk's per-request timeout; a request slower than this counts as a socket error."""
+    temperature: str | None = None
+    """The body's ``temperature`` when set (``"0"``: a cacheable request, the cache-hit path)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,8 @@ def run_wrk(run: WrkRun, *, binary: str = "wrk", allow_errors: bool = False) -> 
         "BENCH_API_KEY": run.api_key,
         "BENCH_ACCEPT_ENCODING": run.accept_encoding,
     }
+    if run.temperature is not None:
+        env["BENCH_TEMPERATURE"] = run.temperature
     proc = subprocess.run(
         pinned(argv, run.cpus),
         capture_output=True,

@@ -61,3 +61,13 @@ def test_a_tree_against_itself(tmp_path: Path) -> None:
     assert summary["rounds"] == 2 and len(summary["ratios"]) == 2
     assert all(ratio > 0 for ratio in summary["ratios"])
     assert summary["trees"] == {"before": str(REPO_ROOT), "after": str(REPO_ROOT)}
+
+
+def test_the_summary_carries_each_sides_cpu_per_request() -> None:
+    summary = gateway_ab.paired_summary(
+        [_result(100), _result(100)],
+        [_result(200), _result(200)],
+        {"before": [0.5, 0.7], "after": [0.3, 0.2]},
+    )
+    assert summary["before"]["median_cpu_ms_per_request"] == 0.6
+    assert summary["after"]["median_cpu_ms_per_request"] == 0.25

@@ -3,7 +3,7 @@
     python -m bench.cache_ops [--iterations 2000]
 
 Runs against REDIS_URL when set, else starts a redis-server/valkey-server on a loopback port
-(tests/support/redis_server.py). Operations are timed one at a time (concurrency 1), so the figures
+(tools/servers/redis_server.py). Operations are timed one at a time (concurrency 1), so the figures
 are the latency one request adds, including the event loop's scheduling:
 
 - ``hash+key``: canonical-hash a chat request and build its key (every cacheable request pays it);
@@ -136,7 +136,7 @@ def redis_url() -> Iterator[str]:
     if os.environ.get("REDIS_URL"):
         yield os.environ["REDIS_URL"]
         return
-    from tests.support.redis_server import RedisServer, find_redis_binary
+    from tools.servers.redis_server import RedisServer, find_redis_binary
 
     binary = find_redis_binary()
     if binary is None:

@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.fake_upstream import FakeUpstream  # noqa: E402
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy  # noqa: E402
+from tools.servers.fake_upstream import FakeUpstream  # noqa: E402
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy  # noqa: E402
 
 HEADER_S = BODY_S = 1.0
 _STALLED_BODY = (

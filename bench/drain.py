@@ -29,9 +29,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.fake_upstream import FakeUpstream  # noqa: E402
-from tests.support.gateway_process import GatewayProcess  # noqa: E402
-from tests.support.gateway_server import fake_policy, write_policy  # noqa: E402
+from tools.servers.fake_upstream import FakeUpstream  # noqa: E402
+from tools.servers.gateway_process import GatewayProcess  # noqa: E402
+from tools.servers.gateway_server import fake_policy, write_policy  # noqa: E402
 
 _SLOW = b'{"model": "slow", "stream": true, "messages": [{"role": "user", "content": "x"}]}'
 _REQUEST = (

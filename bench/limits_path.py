@@ -2,8 +2,9 @@
 
     python -m bench.limits_path [--requests 20000]
 
-Runs the real stages (``Authenticate``, ``EnforceLimits``) on real ``Call`` objects with the bench
-policies of bench/overhead.py, sequentially, and prints the CPU microseconds per request of:
+Runs the real authentication (``authenticate``) and limits stage (``EnforceLimits``) on real
+``Call`` objects with the bench policies of bench/overhead.py, sequentially, and prints the CPU
+microseconds per request of:
 the spine policy on the in-process store (no limits: the settle only feeds the ledger), and the
 limits policy on MemoryStore, RedisStore and CreditStore (a FailoverStore around the last two, as
 the gateway builds it). No HTTP: this is the part of a request that limits add. Redis: REDIS_URL,
@@ -20,10 +21,10 @@ import time
 from pathlib import Path
 
 from bench.store_roundtrip import redis_url
+from gateway.authentication import authenticate
 from gateway.compiled import compile_policy
 from gateway.pipeline import BytesResult, Call, Endpoint, Usage
 from gateway.policy import load_policy
-from gateway.stages.auth import Authenticate
 from gateway.stages.limits import EnforceLimits
 from gateway.stores import CreditStore, FailoverStore, MemoryStore, RedisStore, Store
 
@@ -44,14 +45,14 @@ def _policy(template: str, work: Path) -> Path:
 
 async def cpu_us_per_request(policy_path: Path, store: Store, num_requests: int) -> float:
     policy = compile_policy(load_policy(policy_path))
-    auth = Authenticate()
     limits = EnforceLimits(store)
     headers = {"authorization": f"Bearer {API_KEY}"}
 
     async def one(i: int) -> None:
-        call = Call(Endpoint.CHAT, BODY, headers, policy, f"bench-{i}", "bench")
+        key = authenticate(policy, headers)
+        call = Call(Endpoint.CHAT, BODY, headers, policy, f"bench-{i}", "bench", key=key)
+        call.tenant = key.tenant if key is not None else "anonymous"
         call.pool = "bench"
-        await auth(call)
         await limits(call)
         call.result = BytesResult(200, b"{}")
         call.usage = Usage(10, 5)

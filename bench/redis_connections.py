@@ -9,7 +9,7 @@ admit is one EVALSHA of ``admit.lua`` with a key limit and a tenant limit. Worke
 tenants (no two calls share an EVALSHA batch) or, with ``--same-tenant``, one tenant (calls of one
 loop turn share a batch). Configurations run interleaved, ``--repeat`` rounds; the median and every
 run are printed, with the client's CPU time an admit. Runs against REDIS_URL when set, else starts a
-redis-server on a loopback port (tests/support/redis_server.py).
+redis-server on a loopback port (tools/servers/redis_server.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import statistics
 import time
 
 from gateway.stores import Admission, LimitRule, RedisStore
-from tests.support.redis_server import RedisServer, find_redis_binary
+from tools.servers.redis_server import RedisServer, find_redis_binary
 
 RULES = (
     LimitRule(scope="key:k1", requests_per_minute=10_000_000),

@@ -1,6 +1,6 @@
 """Redis frozen under load: how long a key's concurrency leases outlive the stall, and what it costs.
 
-A real Redis (``redis-server`` / ``valkey-server``, see tests/support/redis_server.py), the fake
+A real Redis (``redis-server`` / ``valkey-server``, see tools/servers/redis_server.py), the fake
 OpenAI upstream of the test suite and a gateway (in process) whose one key allows ``--max-concurrent``
 requests at a time. ``--clients`` clients, in a separate process, send ``slow`` requests (300 ms
 upstream) in a loop; ``--before-s`` into the load, Redis is frozen with SIGSTOP for ``--freeze-s``
@@ -79,8 +79,8 @@ def run_clients(url: str, clients: int, seconds: float) -> dict[str, int]:
 
 
 def _policy(upstream_url: str, args: argparse.Namespace) -> dict[str, Any]:
-    from gateway.api_keys import hash_key
-    from tests.support.gateway_server import fake_policy
+    from gateway.keys.hashing import hash_key
+    from tools.servers.gateway_server import fake_policy
 
     document = fake_policy(upstream_url)
     document["timeouts"] = {"connect_s": 1, "first_byte_s": 60, "idle_s": 30, "total_s": 600}
@@ -114,9 +114,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     import redis
 
     from gateway.stores.key_names import KeySpace
-    from tests.support.fake_upstream import FakeUpstream
-    from tests.support.gateway_server import GatewayServer, write_policy
-    from tests.support.redis_server import RedisServer, find_redis_binary
+    from tools.servers.fake_upstream import FakeUpstream
+    from tools.servers.gateway_server import GatewayServer, write_policy
+    from tools.servers.redis_server import RedisServer, find_redis_binary
 
     binary = find_redis_binary()
     if binary is None:

@@ -3,7 +3,7 @@
     python -m bench.store_roundtrip [--requests 5000] [--concurrency 1 64]
 
 Runs against REDIS_URL when set, else starts a redis-server/valkey-server on a loopback port
-(tests/support/redis_server.py). One "op" is one request's admit plus its settle (two round trips
+(tools/servers/redis_server.py). One "op" is one request's admit plus its settle (two round trips
 to Redis for RedisStore; mostly none for CreditStore, which admits from credit and settles in
 batches), with a realistic rule set: key, tenant and pool limits (requests, tokens, concurrency)
 and two budgets.
@@ -101,7 +101,7 @@ def redis_url() -> Iterator[str]:
     if os.environ.get("REDIS_URL"):
         yield os.environ["REDIS_URL"]
         return
-    from tests.support.redis_server import RedisServer, find_redis_binary
+    from tools.servers.redis_server import RedisServer, find_redis_binary
 
     binary = find_redis_binary()
     if binary is None:

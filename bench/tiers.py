@@ -29,7 +29,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gateway.api_keys import hash_key, new_key  # noqa: E402
+from gateway.keys.hashing import hash_key, new_key  # noqa: E402
 from gateway.policy import load_policy  # noqa: E402
 from loadtests.run import LocalGateway  # noqa: E402
 from loadtests.sse import StreamMeter  # noqa: E402

@@ -1,4 +1,4 @@
-"""The app, assembled: the pipeline's declared order, the gateway runtime, the proxy and the routes.
+"""The app, assembled: the pipeline's declared order, the running gateway, the proxy and the routes.
 
 ``create_app(settings, *, client=None, reloader=None, metrics=None, store=None)`` builds everything;
 every I/O seam (the upstream client, the policy source, the store) can be injected. The three
@@ -17,21 +17,19 @@ from litestar.exceptions import HTTPException
 from litestar.plugins import PluginProtocol
 from litestar.plugins.core import MsgspecDIPlugin
 
-from gateway.api_keys import KeyDirectory
 from gateway.client_limits import ClientLimiter
+from gateway.instance import Gateway
 from gateway.keys import KeyRegistry
+from gateway.lifecycle import Observer
 from gateway.openapi import openapi_route
 from gateway.pipeline import Pipeline
-from gateway.proxy import Observer, ProxyApp
+from gateway.proxy import ProxyApp
 from gateway.reloader import PolicyReloader
 from gateway.replicas.balancer import Balancer
 from gateway.replicas.client import AiohttpUpstreamClient, UpstreamClient
 from gateway.replicas.slot_queue import SlotQueues
 from gateway.routes import api_routes, http_exception, open_route_limit, unexpected
-from gateway.runtime import Gateway
 from gateway.settings import Settings
-from gateway.shared_state import Caches, build_caches, build_key_store, build_store
-from gateway.stages.auth import Authenticate
 from gateway.stages.cache import ResponseCacheStage
 from gateway.stages.embeddings import EmbeddingCacheStage
 from gateway.stages.limits import EnforceLimits
@@ -39,6 +37,7 @@ from gateway.stages.pick import PickReplica
 from gateway.stages.retry import CallWithRetries
 from gateway.stages.route import RouteModel
 from gateway.stages.upstream import CallUpstream
+from gateway.state_factories import Caches, build_caches, build_key_store, build_store
 from gateway.stores import Store, StoreUnavailable
 from gateway.telemetry.metrics import Metrics
 from gateway.websocket import WebSocketEndpoint
@@ -55,10 +54,10 @@ def build_pipeline(
     balancer: Balancer,
     client: UpstreamClient,
     metrics: Metrics,
-    clients: ClientLimiter | None = None,
-    keys: KeyDirectory | None = None,
 ) -> Pipeline:
-    """The stages every request runs through, in order, and the finishers every request ends with.
+    """The stages every request runs through, in order, once its caller is known
+    (``gateway.lifecycle`` authenticates before it reads the body), and the finishers every request
+    ends with.
 
     Stages add their own after-response work when it applies: limits settle the reservation,
     the response cache taps a stream (a result filter) and stores the entry, the embeddings cache
@@ -66,7 +65,6 @@ def build_pipeline(
     """
     return Pipeline(
         [
-            Authenticate(clients, keys),  # who is calling (401; 429 past the client's failure bound)
             RouteModel(caches.sticky),  # which pool (404)
             EnforceLimits(store, on_reject=metrics.count_rejection),  # may it (429 / 503); settles after
             ResponseCacheStage(caches.responses, caches.flights),  # a repeat? (hit); stores after
@@ -112,8 +110,6 @@ def create_app(
         balancer=balancer,
         client=client,
         metrics=metrics,
-        clients=clients,
-        keys=keys,
     )
     gateway = Gateway(
         settings,

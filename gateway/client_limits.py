@@ -47,7 +47,7 @@ class ClientLimiter:
     """Counts failed authentications and open-endpoint requests per client (see the module docstring).
 
     Args:
-        store: the limits store (``gateway.shared_state.build_store``), shared with the limits stage:
+        store: the limits store (``gateway.state_factories.build_store``), shared with the limits stage:
             failed authentications are counted there.
         local: this replica's own store, for the open endpoints (default a fresh ``MemoryStore``).
         clock: Unix seconds (replicas sharing a Redis must share the clock's epoch).

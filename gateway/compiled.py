@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
-from gateway.api_keys import KeyIndex
 from gateway.client_address import ClientAddresses
 from gateway.compression import Compressor
+from gateway.keys.hashing import KeyIndex
 from gateway.limit_rules import LimitRules
 from gateway.policy import ApiKey, Policy, PolicyError
 from gateway.policy.telemetry import TelemetryConfig, telemetry_of

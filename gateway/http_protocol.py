@@ -8,6 +8,10 @@ and the connection is closed. The body has its own deadline in ``gateway.proxy.r
 httptools cannot parse (a bad chunk size, both Content-Length and Transfer-Encoding, control bytes in
 a header) gets the same shape: a 400 ``invalid_http_request`` instead of uvicorn's plain-text page.
 
+It also tells a request when its client has gone: ``scope["sortyard.disconnect"]`` holds a
+``DisconnectHook`` the connection fires when it is lost before the response is complete, so the app
+watches for a disconnect without a task per request reading ``receive()``.
+
 uvicorn takes a protocol class or an import string (``gateway.http_protocol:GuardedHttpToolsProtocol``,
 what worker processes use: they read the timeout from the environment like the rest of the settings).
 """
@@ -15,6 +19,7 @@ what worker processes use: they read the timeout from the environment like the r
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -33,6 +38,26 @@ def error_response(error: GatewayError) -> bytes:
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
     )
     return head.encode() + body
+
+
+DISCONNECT_HOOK = "sortyard.disconnect"
+"""The scope key of a request's ``DisconnectHook`` (only under ``GuardedHttpToolsProtocol``)."""
+
+
+class DisconnectHook:
+    """Fired by the connection when it is lost before the request's response is complete."""
+
+    __slots__ = ("callback", "is_fired")
+
+    def __init__(self) -> None:
+        self.callback: Callable[[], None] | None = None
+        """What to call when the client goes (the app sets it while it cares)."""
+        self.is_fired = False
+
+    def fire(self) -> None:
+        self.is_fired = True
+        if self.callback is not None:
+            self.callback()
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -63,10 +88,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm()
         super().on_headers_complete()
+        if self.cycle is not None:  # its task has not run yet: the hook is there when the app looks
+            self.cycle.scope[DISCONNECT_HOOK] = DisconnectHook()  # type: ignore[literal-required]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        cycle = self.cycle
         super().connection_lost(exc)
+        if cycle is not None and not cycle.response_complete:
+            hook = cycle.scope.get(DISCONNECT_HOOK)
+            if isinstance(hook, DisconnectHook):
+                hook.fire()
 
     def _arm(self) -> None:
         if self._header_timer is None:

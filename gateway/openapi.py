@@ -2,7 +2,8 @@
 
 The proxied endpoints' request bodies are the msgspec structs of ``gateway.schemas`` (the structs that
 validate every request, so the document says what is enforced), with the two rules a struct cannot
-state written out by hand (``_ONE_KIND``). The other routes are described in ``_ROUTES``.
+state written out by hand (``_ONE_KIND``). The other routes are described in ``_ROUTES``, the key
+admin API's in ``gateway.keys.openapi`` and the console's in ``gateway.console.openapi``.
 ``tests/gateway/test_openapi.py`` holds the document's paths and methods to the app's real routes, and
 ``tests/reliability/test_schemathesis.py`` holds a running gateway to the document.
 """
@@ -18,8 +19,8 @@ from litestar.types import BeforeRequestHookHandler
 
 from gateway.console.openapi import CONSOLE_PATHS, CONSOLE_STRUCTS
 from gateway.errors import ErrorEnvelope
-from gateway.keys.records import AuditEntry, KeyChanges, KeySpec, KeyView, RotateSpec
-from gateway.responses import RESPONSES_EVENT, ResponseObject
+from gateway.keys.openapi import KEY_PATHS, KEY_STRUCTS
+from gateway.responses_api import RESPONSES_EVENT, ResponseObject
 from gateway.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, ResponsesRequest
 from gateway.version import installed_version
 
@@ -79,16 +80,6 @@ class UsageReport(msgspec.Struct):
     tenants: dict[str, Any]
 
 
-class KeyList(msgspec.Struct):
-    object: str
-    data: list[KeyView]
-
-
-class AuditList(msgspec.Struct):
-    object: str
-    data: list[AuditEntry]
-
-
 class Health(msgspec.Struct):
     status: str
 
@@ -113,12 +104,7 @@ _STRUCTS = (
     UsageReport,
     Health,
     Readiness,
-    KeySpec,
-    KeyChanges,
-    KeyView,
-    KeyList,
-    AuditList,
-    RotateSpec,
+    *KEY_STRUCTS,
     *CONSOLE_STRUCTS,
 )
 
@@ -226,70 +212,7 @@ _PUBLIC: list[dict[str, list[str]]] = []  # no API key needed
 _UNAUTHORIZED = _error("No API key, or an unknown one (invalid_api_key).")
 _AUTH_FAILURES = _error("Too many failed authentications from this address (too_many_auth_failures).")
 _OPEN_LIMITED = _error("Too many requests from this address (rate_limit_exceeded).")
-_NAME = [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}]
 
-
-def _admin(
-    summary: str, response: type, *, body: type | None = None, body_required: bool = False, **extra: Any
-) -> dict[str, Any]:
-    """One key admin operation (admin keys only)."""
-    operation: dict[str, Any] = {
-        "summary": summary + " (admin keys only)",
-        "responses": {
-            "200": _ok(response, "Done."),
-            "400": _error("An invalid body or parameter (invalid_request, unknown_pool, unknown_model)."),
-            "401": _UNAUTHORIZED,
-            "403": _error("Not an admin key (admin_key_required)."),
-            "404": _error("No such key (key_not_found)."),
-            "409": _error("The name is taken, the key changed meanwhile, or the policy file owns it."),
-            "429": _AUTH_FAILURES,
-            "503": _error("The key store is down (store_unavailable)."),
-        },
-        **extra,
-    }
-    if body is not None:
-        operation["requestBody"] = {"required": body_required, "content": {_JSON: {"schema": _ref(body)}}}
-    return operation
-
-
-_KEY_ROUTES: dict[str, dict[str, Any]] = {
-    "/v1/admin/keys": {
-        "post": _admin(
-            "Create a key; its secret is in this answer only", KeyView, body=KeySpec, body_required=True
-        ),
-        "get": _admin(
-            "List every key, the policy file's too",
-            KeyList,
-            parameters=[{"name": "tenant", "in": "query", "schema": {"type": "string"}}],
-        ),
-    },
-    "/v1/admin/keys/{name}": {
-        "get": _admin("Show a key", KeyView, parameters=_NAME),
-        "patch": _admin(
-            "Change a key's limits, budget, scope or expiry", KeyView, body=KeyChanges, parameters=_NAME
-        ),
-        "delete": _admin("Revoke a key", KeyView, parameters=_NAME),
-    },
-    "/v1/admin/keys/{name}/revoke": {"post": _admin("Revoke a key", KeyView, parameters=_NAME)},
-    "/v1/admin/keys/{name}/rotate": {
-        "post": _admin(
-            "A new secret; the old ones work for grace_s more", KeyView, body=RotateSpec, parameters=_NAME
-        )
-    },
-    "/v1/admin/audit": {
-        "get": _admin(
-            "Who did what to which key, newest first",
-            AuditList,
-            parameters=[
-                {
-                    "name": "limit",
-                    "in": "query",
-                    "schema": {"type": "integer", "minimum": 1, "maximum": 10000},
-                }
-            ],
-        )
-    },
-}
 _ROUTES: dict[str, dict[str, Any]] = {
     "/v1/chat/completions": _proxied("Create a chat completion", ChatRequest, ChatCompletion, is_stream=True),
     "/v1/completions": _proxied("Create a text completion", CompletionRequest, Completion, is_stream=True),
@@ -371,7 +294,7 @@ _ROUTES: dict[str, dict[str, Any]] = {
             },
         }
     },
-    **_KEY_ROUTES,
+    **KEY_PATHS,
     **CONSOLE_PATHS,
     OPENAPI_PATH: {
         "get": {

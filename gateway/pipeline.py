@@ -6,17 +6,16 @@ The order is declared once, in ``gateway.app.build_pipeline``::
 
 A stage either fills in part of the call or finishes it by setting ``call.result``; the first
 result ends the walk. Then the result filters run (a cache tapping a stream, embeddings merged back
-in order). Work that must happen when the response is over (settling token reservations, releasing
-a replica, storing a cache entry, recording metrics) is a finisher: the pipeline's own, declared
-with it, run for every call; a stage's, registered with ``call.on_finish`` when it applies. Each
-runs exactly once: when a stage fails, after a plain response has been sent (the request's owner,
-``gateway.proxy``, finishes the call, so settling never delays the client), or when a stream ends,
-however it ends.
+in order). A stage that fails raises a ``GatewayError``; it never finishes the call. Work that must
+happen when the response is over (settling token reservations, releasing a replica, storing a cache
+entry, recording metrics) is a finisher: the pipeline's own, declared with it, run for every call; a
+stage's, registered with ``call.on_finish`` when it applies. The request's one owner,
+``gateway.lifecycle.live``, finishes the call exactly once, after the client has its answer (a
+stream: once it ended, however it ended), so settling never delays the client.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -25,7 +24,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from gateway.compiled import CompiledPolicy
-from gateway.errors import ClientDisconnected, GatewayError
+from gateway.errors import GatewayError
 from gateway.policy import ApiKey, Policy
 from gateway.replicas.state import ReplicaState
 
@@ -169,6 +168,25 @@ class Call:
         return self.compiled.policy
 
     @property
+    def deadline(self) -> float:
+        """When (``time.perf_counter``) the request's time is up: its start plus its pool's ``total_s``.
+        Waiting for a slot, retrying and waiting for an identical request in flight all spend it."""
+        policy = self.compiled.policy
+        timeouts = policy.timeouts_for(self.pool) if self.pool is not None else policy.timeouts
+        return self.started_at + timeouts.total_s
+
+    @property
+    def priority(self) -> int | None:
+        """Where the request queues (lower runs first): the policy's priority for its key or tenant, or
+        the client's own when its key may set one (``allow_client_priority``), never before the
+        policy's. None when neither says."""
+        floor = self.compiled.policy.priority_for(self.key, self.tenant)
+        given = self.body.get("priority")  # there only when the key allows it (gateway.authentication)
+        if not isinstance(given, int) or isinstance(given, bool):
+            return floor
+        return given if floor is None else max(given, floor)
+
+    @property
     def served_pool(self) -> str | None:
         """The pool whose replica answered: a fallback's when one served, else the pool asked for."""
         return self.replica.pool if self.replica is not None else self.pool
@@ -178,9 +196,9 @@ class Call:
         self._finishers.append(finisher)
 
     async def finish(self, error: GatewayError | None = None) -> None:
-        """End the call: run every finisher once. Safe to call more than once."""
+        """End the call: run every finisher (the request's owner calls this once, at its end)."""
         if self._is_finished:
-            return
+            raise RuntimeError(f"request {self.request_id} was finished twice")
         self._is_finished = True
         if error is not None:
             self.error = error
@@ -213,30 +231,19 @@ class Pipeline:
         span = call.span
         if span is not None:
             span.describe_call(call)
-        try:
-            if span is None:  # not traced: the plain walk
-                for stage in self.stages:
-                    await stage(call)
-                    if call.result is not None:
-                        break
-            else:  # traced: each stage in its own child span
-                for stage in self.stages:
-                    await span.run_stage(stage, call)
-                    if call.result is not None:
-                        break
-            if call.result is None:
-                raise GatewayError("no stage produced a response")
-            result = call.result
-            for result_filter in call.result_filters:
-                result = await result_filter(call, result)
-        except GatewayError as error:
-            await call.finish(error)
-            raise
-        except asyncio.CancelledError:  # the client left (gateway.proxy cancels the request)
-            await call.finish(ClientDisconnected("The client closed the connection."))
-            raise
-        except BaseException:
-            await call.finish(GatewayError("internal error"))
-            raise
-        # the request's owner finishes the call once the response is sent (a stream: once it ends)
+        if span is None:  # not traced: the plain walk
+            for stage in self.stages:
+                await stage(call)
+                if call.result is not None:
+                    break
+        else:  # traced: each stage in its own child span
+            for stage in self.stages:
+                await span.run_stage(stage, call)
+                if call.result is not None:
+                    break
+        if call.result is None:
+            raise GatewayError("no stage produced a response")
+        result = call.result
+        for result_filter in call.result_filters:
+            result = await result_filter(call, result)
         return result

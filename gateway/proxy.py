@@ -1,28 +1,28 @@
-"""The hot path, and its one owner: a proxied API request from ASGI in to the last byte out.
+"""The hot path's HTTP side: a proxied API request from ASGI in to the last byte out.
 
 ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``, ``/v1/responses`` and the
 policy's pass-through routes skip the web framework's routing, request and response objects (a
-measurable share of a ~0.3 ms request on one core) and are served here, top to bottom in :func:`serve`::
+measurable share of a ~0.3 ms request on one core). Each is an ``HttpExchange`` that
+``gateway.lifecycle.live`` runs, the same life a WebSocket request has::
 
-    start the span (when sampled) -> read the body (bounded) -> decode it into a ``Call`` under the
-    compiled policy -> run the pipeline -> send bytes (compressed when the policy and the client
-    say so) or relay the stream -> finish the call (its after-response work) -> end the span, write
-    the access-log line
+    authenticate from the headers (a caller without a valid key never has a byte of its body read)
+    -> read the body (bounded by the policy) -> decode it into a ``Call`` -> the pipeline -> send
+    bytes (compressed when the policy and the client say so) or relay the stream
 
 WebSocket paths (``/v1/ws``, ``gateway.websocket``) go to the handlers ``ProxyApp`` is given; every
-other path goes to the Litestar app (``gateway.routes``). The client is watched from the
-moment the body is read: when it disconnects, the request is cancelled at once, which closes the
-upstream connection and settles the call.
+other path goes to the Litestar app (``gateway.routes``). The client is watched from the moment the
+body is read: when it disconnects, the request is cancelled at once, which closes the upstream
+connection and settles the call.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from gateway.authentication import authenticate_client
 from gateway.compiled import CompiledPolicy
 from gateway.compression import Compressor
 from gateway.errors import (
@@ -32,14 +32,12 @@ from gateway.errors import (
     MethodNotAllowed,
     RequestTimeout,
     render,
-    status_of,
 )
+from gateway.http_protocol import DISCONNECT_HOOK, DisconnectHook
+from gateway.instance import Gateway
+from gateway.lifecycle import Observer, live, new_call
 from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult
-from gateway.runtime import Gateway
-from gateway.schemas import parse_body, stream_flags
-from gateway.telemetry.access_log import AccessLog
 from gateway.telemetry.spans import RequestSpan
-from gateway.telemetry.tracing import GatewayTracer
 
 if TYPE_CHECKING:
     from litestar import Litestar
@@ -49,8 +47,6 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIHandler = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-logger = logging.getLogger("sortyard.proxy")
 
 ROUTES: dict[str, Endpoint] = {
     "/v1/chat/completions": Endpoint.CHAT,
@@ -64,45 +60,6 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
-
-
-class Observer:
-    """What watches each proxied request: its trace (when sampled) and its access-log line."""
-
-    def __init__(self, tracer: GatewayTracer | None = None, access_log: AccessLog | None = None) -> None:
-        self.tracer = tracer or GatewayTracer.from_env()
-        self._access_log = access_log
-
-    @property
-    def access_log(self) -> AccessLog:
-        if self._access_log is None:  # built on first use: no stdout buffer when logs are off
-            self._access_log = AccessLog()
-        return self._access_log
-
-    def start(self, compiled: CompiledPolicy, headers: Mapping[str, str], scope: Scope) -> RequestSpan | None:
-        """The request's span, when tracing is on and the request is sampled."""
-        if not self.tracer.enabled:
-            return None
-        return self.tracer.start_request(headers, scope["method"], scope["path"], compiled.telemetry)
-
-    def finish(
-        self,
-        compiled: CompiledPolicy,
-        span: RequestSpan | None,
-        endpoint: Endpoint,
-        request_id: str,
-        status: int,
-        started_at: float,
-        call: Call | None,
-        error: GatewayError | None,
-    ) -> None:
-        """The request is over: end its span and write its access-log line."""
-        trace_id = None
-        if span is not None:
-            trace_id = span.trace_id
-            span.finish(call, status, error)
-        if compiled.telemetry.access_log:
-            self.access_log.write(endpoint.operation, request_id, status, started_at, call, error, trace_id)
 
 
 class ProxyApp:
@@ -133,7 +90,9 @@ class ProxyApp:
             if endpoint is None and scope["path"] in self.gateway.compiled.passthrough_paths:
                 endpoint = Endpoint.PASSTHROUGH  # a pool's own route (policy: passthrough_routes)
             if endpoint is not None:
-                await serve(self.gateway, endpoint, scope, receive, send, self.observer)
+                await live(
+                    self.gateway, self.observer, HttpExchange(self.gateway, endpoint, scope, receive, send)
+                )
                 return
         elif scope["type"] == "websocket":
             handler = self.websockets.get(scope["path"])
@@ -215,29 +174,45 @@ class ClientWatch:
     """Cancels the task serving a request when its client disconnects, from the moment the body has been
     read until ``stop()``: a plain request's upstream call is aborted as promptly as a stream's relay
     (the engine stops generating for nobody). Stopped before the last byte is sent, because the server
-    reports a finished response as a disconnect too."""
+    reports a finished response as a disconnect too.
 
-    def __init__(self, receive: Receive) -> None:
+    Under ``GuardedHttpToolsProtocol`` the connection says so itself (its ``DisconnectHook``); under
+    another server a task waits for ``http.disconnect`` on ``receive``."""
+
+    def __init__(self, receive: Receive, scope: Scope) -> None:
         task = asyncio.current_task()
         assert task is not None
         self.task = task
         self.is_client_gone = False
         self._is_stopped = False
-        self._watcher = asyncio.get_running_loop().create_task(self._watch(receive))
+        self._watcher: asyncio.Task[None] | None = None
+        self._hook: DisconnectHook | None = scope.get(DISCONNECT_HOOK)
+        if self._hook is None:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch(receive))
+        elif self._hook.is_fired:  # gone while the body was read
+            self._client_left()
+        else:
+            self._hook.callback = self._client_left
+
+    def _client_left(self) -> None:
+        if not self._is_stopped:
+            self.is_client_gone = True
+            self.task.cancel()
 
     async def _watch(self, receive: Receive) -> None:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                if not self._is_stopped:
-                    self.is_client_gone = True
-                    self.task.cancel()
+                self._client_left()
                 return
 
     def stop(self) -> None:
         if not self._is_stopped:
             self._is_stopped = True
-            self._watcher.cancel()
+            if self._hook is not None:
+                self._hook.callback = None
+            if self._watcher is not None:
+                self._watcher.cancel()
 
     def absorb(self) -> bool:
         """In an ``except CancelledError``: True (and the cancellation undone) when it was ours, for a
@@ -248,145 +223,105 @@ class ClientWatch:
         return True
 
 
-def new_call(
-    endpoint: Endpoint,
-    headers: Mapping[str, str],
-    raw: bytes,
-    compiled: CompiledPolicy,
-    request_id: str,
-    started_at: float,
-    span: RequestSpan | None = None,
-    peer: str | None = None,
-    path: str | None = None,
-) -> Call:
-    """Decode one request body into a ``Call`` under ``compiled``; a GatewayError (400, 413) when the
-    body is too large for the policy or not a valid request."""
-    limit = compiled.policy.limits.max_body_bytes
-    if len(raw) > limit:
-        raise BodyTooLarge(f"Request body is over the limit of {limit} bytes.")
-    body, parsed = parse_body(endpoint, raw)
-    is_stream, include_usage = stream_flags(parsed)
-    return Call(
-        endpoint,
-        body,
-        headers,
-        compiled,
-        request_id,
-        parsed.model,
-        is_stream=is_stream,
-        include_usage=include_usage,
-        started_at=started_at,
-        span=span,
-        peer=peer,
-        path=path,
-    )
+_NOT_READ = object()
 
 
-async def serve(
-    gateway: Gateway,
-    endpoint: Endpoint,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
-    observer: Observer | None = None,
-) -> None:
-    """One proxied request, from ASGI scope to the last byte sent."""
-    started_at = time.perf_counter()
-    gateway.inflight.enter()  # until the last finisher has run (gateway.inflight)
-    compiled = gateway.compiled  # the policy this request runs under, whatever reloads meanwhile
-    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
-    request_id = gateway.request_id(headers)
-    span = observer.start(compiled, headers, scope) if observer is not None else None
-    call: Call | None = None
-    outcome: BytesResult | StreamResult | GatewayError | None = None
-    watch: ClientWatch | None = None
-    status = 500
-    try:
-        try:
-            if scope["method"] != "POST":
-                raise MethodNotAllowed(
-                    f"Method {scope['method']} is not allowed for {scope['path']}.", headers={"Allow": "POST"}
-                )
-            settings = gateway.settings
-            # the policy's limit: a declared length over it gets 413 before the body, a growing one is cut
-            limit = min(settings.hard_max_body_bytes, compiled.policy.limits.max_body_bytes)
-            raw = await read_body(receive, headers, limit, settings.body_read_timeout_s)
-            watch = ClientWatch(receive)
-            try:
-                peer = scope["client"][0] if scope.get("client") else None
-                path, now = scope["path"], time.perf_counter()
-                call = new_call(endpoint, headers, raw, compiled, request_id, now, span, peer, path)
-            except GatewayError as error:
-                gateway.metrics.count_request(endpoint.name.lower(), "-", status_of(error))
-                raise
-            outcome = await gateway.pipeline.run(call)
-        except GatewayError as error:
-            outcome = error
-        except asyncio.CancelledError:
-            if watch is None or not watch.absorb():
-                raise
-            outcome = ClientDisconnected("The client closed the connection before the response.")
-        except Exception as error:  # a bug: still OpenAI-shaped, never a bare 500 page
-            logger.exception("unexpected error on %s", scope["path"])
-            outcome = GatewayError("The server had an error processing your request.")
-            del error
-        compressor, accept_encoding = compiled.compression, headers.get("accept-encoding")
-        if isinstance(outcome, ClientDisconnected):
-            status = outcome.status  # nobody is listening: nothing to send
-        elif isinstance(outcome, GatewayError):
-            if watch is not None:
-                watch.stop()
-            status, body, extra = render(outcome)
-            sent_headers = _header_list(request_id, call, extra)
-            await _send_bytes(send, status, _JSON, body, sent_headers, compressor, accept_encoding)
-        elif isinstance(outcome, BytesResult):
-            assert watch is not None
-            watch.stop()
-            status = outcome.status
-            await _send_bytes(
-                send,
-                outcome.status,
-                outcome.content_type.encode(),
-                outcome.body,
-                _header_list(request_id, call, {}),
-                compressor,
-                accept_encoding,
+class HttpExchange:
+    """One HTTP request's arrival and answer (``gateway.lifecycle.Exchange``)."""
+
+    def __init__(
+        self, gateway: Gateway, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        self.gateway = gateway
+        self.endpoint = endpoint
+        self.scope = scope
+        self.headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        self.id_headers = self.headers
+        self._receive, self._send = receive, send
+        self._watch: ClientWatch | None = None
+        self._request_id = ""
+
+    async def open(self, compiled: CompiledPolicy, request_id: str, span: RequestSpan | None) -> Call:
+        self._request_id = request_id
+        scope, headers, gateway = self.scope, self.headers, self.gateway
+        if scope["method"] != "POST":
+            raise MethodNotAllowed(
+                f"Method {scope['method']} is not allowed for {scope['path']}.", headers={"Allow": "POST"}
             )
-        elif outcome is not None:
-            assert call is not None and watch is not None
-            status = outcome.status
-            await _send_stream(call, outcome, _header_list(request_id, call, {}), watch, send)
-    finally:
-        if watch is not None:
-            watch.stop()
-        failure = outcome if isinstance(outcome, GatewayError) else None
-        try:
-            if call is not None:
-                await call.finish(failure)  # after the last byte: settling never delays the response
-            if observer is not None:
-                observer.finish(
-                    compiled,
-                    span,
-                    endpoint,
-                    request_id,
-                    status,
-                    call.started_at if call is not None else started_at,
-                    call,
-                    failure,
-                )
-        finally:
-            gateway.inflight.exit()
+        peer = scope["client"][0] if scope.get("client") else None
+        # who is calling, before the body: a caller without a valid key never has its body read
+        key = await authenticate_client(compiled, headers, peer, gateway.clients, gateway.keys)
+        settings = gateway.settings
+        # the policy's limit: a declared length over it gets 413 before the body, a growing one is cut
+        limit = min(settings.hard_max_body_bytes, compiled.policy.limits.max_body_bytes)
+        raw = await read_body(self._receive, headers, limit, settings.body_read_timeout_s)
+        self._watch = ClientWatch(self._receive, scope)
+        return new_call(
+            self.endpoint,
+            headers,
+            raw,
+            compiled,
+            request_id,
+            time.perf_counter(),
+            key=key,
+            span=span,
+            peer=peer,
+            path=scope["path"],
+        )
+
+    async def deliver(self, call: Call, result: BytesResult | StreamResult) -> int:
+        if isinstance(result, BytesResult):
+            self.close()
+            await _send_bytes(
+                self._send,
+                result.status,
+                result.content_type.encode(),
+                result.body,
+                _header_list(call.request_id, call, {}),
+                call.compiled.compression,
+                self.headers.get("accept-encoding"),
+            )
+            return result.status
+        assert self._watch is not None
+        return await _send_stream(
+            call, result, _header_list(call.request_id, call, {}), self._watch, self._send
+        )
+
+    async def refuse(self, call: Call | None, error: GatewayError) -> None:
+        if isinstance(error, ClientDisconnected):
+            return  # nobody is listening
+        self.close()
+        status, body, extra = render(error)
+        if self._watch is None and _has_body(self.headers):  # refused before its body was read:
+            extra = {**extra, "Connection": "close"}  # don't let the client send the rest for nothing
+        compiled = call.compiled if call is not None else self.gateway.compiled
+        request_id = call.request_id if call is not None else self._request_id
+        sent = _header_list(request_id, call, extra)
+        await _send_bytes(
+            self._send, status, _JSON, body, sent, compiled.compression, self.headers.get("accept-encoding")
+        )
+
+    def is_client_gone(self) -> bool:
+        return self._watch is not None and self._watch.absorb()
+
+    def close(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+
+
+def _has_body(headers: Mapping[str, str]) -> bool:
+    return headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
 
 
 async def _send_stream(
     call: Call, result: StreamResult, headers: list[tuple[bytes, bytes]], watch: ClientWatch, send: Send
-) -> None:
-    """Relay a stream; a client disconnect cancels the relay at once (``watch``)."""
+) -> int:
+    """Relay a stream; a client disconnect cancels the relay at once (``watch``): then 499, recorded
+    on the call (the client saw the 200 and a cut stream)."""
     events = result.events
+    status = result.status
     try:
-        await send(
-            {"type": "http.response.start", "status": result.status, "headers": headers + _SSE_HEADERS}
-        )
+        await send({"type": "http.response.start", "status": status, "headers": headers + _SSE_HEADERS})
         async for chunk in events:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         watch.stop()
@@ -394,9 +329,11 @@ async def _send_stream(
     except asyncio.CancelledError:
         if not watch.absorb():
             raise
+        call.error = ClientDisconnected("The client closed the connection during the stream.")
+        status = call.error.status
     finally:
         watch.stop()
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
             await aclose()  # closes the upstream connection if the relay did not finish
-        await call.finish()
+    return status

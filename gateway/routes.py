@@ -21,6 +21,7 @@ from litestar import MediaType, Request, Response, get
 from litestar.exceptions import HTTPException
 from litestar.handlers import HTTPRouteHandler
 
+from gateway.authentication import authenticate_client
 from gateway.compiled import CompiledPolicy, model_card
 from gateway.console import console_routes
 from gateway.errors import (
@@ -34,10 +35,10 @@ from gateway.errors import (
     ServiceUnavailable,
     render,
 )
+from gateway.instance import Gateway
 from gateway.keys.routes import key_admin_routes
 from gateway.policy import ApiKey
-from gateway.runtime import Gateway
-from gateway.stages.auth import authenticate_client
+from gateway.schemas import decode_as
 from gateway.stages.limits import month_of
 from gateway.stores import StoreUnavailable
 
@@ -164,7 +165,9 @@ def api_routes(gateway: Gateway) -> list[HTTPRouteHandler]:
             content=gateway.metrics.render(), headers={"content-type": gateway.metrics.content_type}
         )
 
-    admin = key_admin_routes(gateway.key_admin, authenticate, lambda: gateway.compiled, _error_response)
+    admin = key_admin_routes(
+        gateway.key_admin, authenticate, lambda: gateway.compiled, _error_response, decode_as
+    )
     console = console_routes(gateway, authenticate, _error_response, open_route_limit(gateway))
     return [list_models, usage, retrieve_model, healthz, readyz, metrics_endpoint, *admin, *console]
 

@@ -8,7 +8,7 @@ drops it, a chunk that finishes a choice without a fingerprint waits for the nex
 chunk follows it at once) and gets the usage chunk's fingerprint: the client sees the fingerprint
 where the backend would have put it without usage. Every ``data:`` payload is checked to be JSON
 (msgspec skims it into a tiny struct), which is also how usage and finish reasons are read for
-accounting. The Responses API's typed events are relayed by ``gateway.responses.ResponsesRelay``.
+accounting. The Responses API's typed events are relayed by ``gateway.responses_api.ResponsesRelay``.
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ class LocalGateway:
         """The usual overlay plus one key with a tiny requests-per-minute limit."""
         import yaml
 
-        from gateway.api_keys import hash_key
+        from gateway.keys.hashing import hash_key
         from gateway.policy import merge
 
         policy = Path(self.policy or "policies/default.yaml")
@@ -249,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"using the gateway already running on {host}", flush=True)
     try:
         if host is None:
-            from gateway.api_keys import new_key
+            from gateway.keys.hashing import new_key
 
             limited_key = limited_key or new_key()
             log_path = Path(f"{prefix}.server.log")

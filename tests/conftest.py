@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.support.durations import ROOT, load_durations
-from tests.support.redis_server import RedisServer, find_redis_binary, real_redis
+from tools.servers.redis_server import RedisServer, find_redis_binary, real_redis
 
 
 def _share_the_cores() -> None:
@@ -26,7 +26,7 @@ _share_the_cores()
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    """URL of a real Redis server (see tests/support/redis_server.py for how it is found)."""
+    """URL of a real Redis server (see tools/servers/redis_server.py for how it is found)."""
     with real_redis() as (url, _server):
         yield url
 

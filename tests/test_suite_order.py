@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.durations import file_seconds, load_durations
-from tests.support.redis_server import worker_database
+from tools.servers.redis_server import worker_database
 
 pytest_plugins = ["pytester"]
 

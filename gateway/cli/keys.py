@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.api_keys import key_stanza, new_key
+from gateway.keys.hashing import key_stanza, new_key
 
 
 def keys_new(tenant: str, name: str | None, admin: bool) -> int:

@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from gateway.api_keys import hash_key, new_key
 from gateway.cli.serve import serve, wait_http_ok
+from gateway.keys.hashing import hash_key, new_key
 from gateway.policy import load_policy
 from gateway.settings import Settings
 

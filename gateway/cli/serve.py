@@ -31,8 +31,8 @@ from gateway.settings import Settings
 if TYPE_CHECKING:
     import uvicorn
 
+    from gateway.instance import Gateway
     from gateway.proxy import ProxyApp
-    from gateway.runtime import Gateway
 
 _APP_FACTORY = "gateway.cli.serve:served_app"
 
@@ -189,7 +189,7 @@ def serve(settings: Settings, *, api_key: str | None = None) -> int:
     if settings.workers > 1:
         # every worker's metrics in one /metrics: prometheus_client's multiprocess mode, set up
         # before the workers import it
-        from gateway.telemetry.metrics import prepare_multiprocess
+        from gateway.telemetry.multiprocess import prepare_multiprocess
 
         prepare_multiprocess(tempfile.mkdtemp(prefix="sortyard-metrics-"))
         _announce_when_ready(settings, banner)

@@ -24,8 +24,8 @@ from gateway.compiled import CompiledPolicy
 from gateway.console.page import build_page
 from gateway.console.views import ExplainRequest, explain, policy_view, pools_view
 from gateway.errors import GatewayError, PermissionDenied
+from gateway.instance import Gateway
 from gateway.policy import ApiKey
-from gateway.runtime import Gateway
 from gateway.schemas import decode_as
 
 __all__ = ["CONSOLE_PATH", "console_routes"]

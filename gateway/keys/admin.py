@@ -12,8 +12,8 @@ import secrets
 
 import msgspec
 
-from gateway.api_keys import hash_key, new_key
 from gateway.errors import Conflict, InvalidRequest, NotFound
+from gateway.keys.hashing import hash_key, new_key
 from gateway.keys.records import AuditEntry, KeyChanges, KeyRecord, KeySpec, KeyView, Secret
 from gateway.keys.registry import KeyRegistry
 from gateway.keys.store import WriteConflict

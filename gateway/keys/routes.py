@@ -15,35 +15,54 @@ Every answer and error is JSON in OpenAI's shape; a store that cannot be reached
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 from litestar import MediaType, Request, Response, get, post, route
 from litestar.handlers import HTTPRouteHandler
 
-from gateway.compiled import CompiledPolicy
 from gateway.errors import GatewayError, InvalidRequest, PermissionDenied, ServiceUnavailable
 from gateway.keys.admin import KeyAdmin
 from gateway.keys.records import KeyChanges, KeySpec, RotateSpec
-from gateway.policy import ApiKey
-from gateway.schemas import decode_as
+from gateway.policy import ApiKey, Policy
 
 __all__ = ["key_admin_routes"]
 
-Authenticate = Callable[[CompiledPolicy, Request[Any, Any, Any]], Awaitable[ApiKey | None]]
+T = TypeVar("T")
+
+
+class HoldsPolicy(Protocol):
+    """What a route acts under: the compiled policy (``gateway.compiled.CompiledPolicy``)."""
+
+    @property
+    def policy(self) -> Policy: ...
+
+
+class Decode(Protocol):
+    """A small JSON body as ``kind``, or a 400 (``gateway.schemas.decode_as``)."""
+
+    def __call__(self, body: bytes, kind: type[T], /) -> T: ...
+
+
+P = TypeVar("P", bound=HoldsPolicy)
+Authenticate = Callable[[P, Request[Any, Any, Any]], Awaitable[ApiKey | None]]
 _encode = msgspec.json.encode
 
 
 def key_admin_routes(
     admin: KeyAdmin,
-    authenticate: Authenticate,
-    compiled: Callable[[], CompiledPolicy],
+    authenticate: Authenticate[P],
+    compiled: Callable[[], P],
     render: Callable[[GatewayError], Response[bytes]],
+    decode: Decode,
 ) -> list[HTTPRouteHandler]:
-    """The routes, bound to ``admin``; ``render`` turns an error into the response every route sends."""
+    """The routes, bound to ``admin``; ``render`` turns an error into the response every route sends,
+    ``decode`` reads a body. The compiled policy, the authentication and the decoding are passed in, not
+    imported: ``gateway.compiled`` imports this package (``gateway.keys.hashing``), so the package
+    imports nothing that leads back to it (``gateway.schemas`` imports ``gateway.pipeline``)."""
 
     async def run(
-        request: Request[Any, Any, Any], act: Callable[[CompiledPolicy, str], Awaitable[Any]]
+        request: Request[Any, Any, Any], act: Callable[[P, str], Awaitable[Any]]
     ) -> Response[bytes]:
         """Authenticate an admin key, then ``act(policy, actor)``; every failure in OpenAI's shape."""
         policy = compiled()
@@ -69,12 +88,10 @@ def key_admin_routes(
     async def keys(request: Request[Any, Any, Any]) -> Response[bytes]:
         if request.method == "POST":
             body = await request.body() or b"{}"  # no body: every field at its default
-            return await run(
-                request, lambda c, actor: admin.create(c.policy, actor, decode_as(body, KeySpec))
-            )
+            return await run(request, lambda c, actor: admin.create(c.policy, actor, decode(body, KeySpec)))
         tenant = request.query_params.get("tenant")
 
-        async def views(c: CompiledPolicy, actor: str) -> dict[str, Any]:
+        async def views(c: P, actor: str) -> dict[str, Any]:
             return {"object": "list", "data": await admin.views(c.policy, tenant)}
 
         return await run(request, views)
@@ -88,7 +105,7 @@ def key_admin_routes(
         body = await request.body() or b"{}"  # no body: every field at its default
         return await run(
             request,
-            lambda c, actor: admin.update(c.policy, actor, name, decode_as(body, KeyChanges)),
+            lambda c, actor: admin.update(c.policy, actor, name, decode(body, KeyChanges)),
         )
 
     @post("/v1/admin/keys/{name:str}/revoke", status_code=200)
@@ -99,8 +116,8 @@ def key_admin_routes(
     async def rotate_key(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
         body = await request.body() or b"{}"  # no body: every field at its default
 
-        async def act(c: CompiledPolicy, actor: str) -> Any:
-            return await admin.rotate(c.policy, actor, name, decode_as(body, RotateSpec).grace_s)
+        async def act(c: P, actor: str) -> Any:
+            return await admin.rotate(c.policy, actor, name, decode(body, RotateSpec).grace_s)
 
         return await run(request, act)
 
@@ -108,7 +125,7 @@ def key_admin_routes(
     async def audit(request: Request[Any, Any, Any]) -> Response[bytes]:
         raw = request.query_params.get("limit", "100")
 
-        async def act(c: CompiledPolicy, actor: str) -> dict[str, Any]:
+        async def act(c: P, actor: str) -> dict[str, Any]:
             if not raw.isdigit() or not 1 <= int(raw) <= 10_000:
                 raise InvalidRequest("limit: expected an integer from 1 to 10000.", param="limit")
             return {"object": "list", "data": await admin.audit(int(raw))}

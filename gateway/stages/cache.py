@@ -11,6 +11,7 @@ their tokens count against tokens-per-minute only when the policy says so.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
 from gateway.cache import (
@@ -74,7 +75,7 @@ class ResponseCacheStage:
         entry = await self.cache.get(key)
         flight: Flight | None = None
         if entry is None:
-            wait_s = call.policy.timeouts_for(call.pool).total_s
+            wait_s = call.deadline - time.perf_counter()  # waiting for the identical request spends it
             flight = await self.flights.acquire(key, wait_s=wait_s)
             entry = flight.entry
         if entry is not None:  # cache hit (or answered by an identical request in flight)

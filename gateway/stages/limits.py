@@ -29,7 +29,7 @@ from gateway.errors import GatewayError, RateLimited, ServiceUnavailable
 from gateway.pipeline import Call, Endpoint, Usage
 from gateway.replicas.pools import TemplateTokens
 from gateway.request_ids import RequestIds
-from gateway.responses import as_messages
+from gateway.responses_api import as_messages
 from gateway.stores import (
     Admission,
     Settlement,

@@ -93,17 +93,12 @@ class PickReplica:
         """A replica below its cap, at once or after waiting in the pool's fair queue."""
         assert call.pool is not None
         policy = call.policy
-        priority = policy.priority_for(call.key, call.tenant)
-        floor = 0 if priority is None else priority
-        given = call.body.get("priority")  # there only when the key allows it
+        priority = call.priority
         tenant = policy.tenants.get(call.tenant)
         ticket = Ticket(
-            call.tenant,
-            max(given, floor) if isinstance(given, int) else floor,  # a client may only go later
-            tenant.weight if tenant is not None else 1.0,
+            call.tenant, 0 if priority is None else priority, tenant.weight if tenant is not None else 1.0
         )
-        deadline = call.started_at + policy.timeouts_for(call.pool).total_s  # waiting spends the budget
-        timeout_s = min(config.max_wait_s, deadline - time.perf_counter())
+        timeout_s = min(config.max_wait_s, call.deadline - time.perf_counter())  # waiting spends it
         try:
             return await self.queues.take(call.pool, ticket, config, timeout_s, prefer=prefer)
         except QueueFull:

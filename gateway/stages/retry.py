@@ -88,7 +88,7 @@ class CallWithRetries:
     ) -> None:
         assert call.pool is not None
         policy = call.policy.retry
-        deadline = call.started_at + call.policy.timeouts_for(call.pool).total_s
+        deadline = call.deadline
         tried: list[ReplicaState] = []
         last_error: UpstreamError | UpstreamTimeout | None = None
         while True:

@@ -17,7 +17,7 @@ from gateway.cache.blobs import Blobs
 from gateway.compiled import CompiledPolicy
 from gateway.errors import ModelNotFound, NotFound
 from gateway.pipeline import Call, Endpoint
-from gateway.responses import as_messages
+from gateway.responses_api import as_messages
 from gateway.tiers.classifier import ClassifyInput, conversation_key
 
 logger = logging.getLogger("sortyard.route")

@@ -7,7 +7,7 @@ streams, ``stream_options.include_usage`` is switched on so the gateway can acco
 sends its own ``X-Request-Id`` (``gateway.request_ids``): the client's id repeats, an attempt's may
 not. A pass-through route goes to the replica's server root (``base_url`` without its ``/v1``)
 plus its path. A stream is relayed event by event (see ``gateway.sse``; the Responses API's,
-``gateway.responses``); everything that can fail before the first byte reaches the client fails
+``gateway.responses_api``); everything that can fail before the first byte reaches the client fails
 as a plain HTTP error, anything later ends the stream with an error event and ``[DONE]``.
 
 A replica whose ``kind`` has a native API (``gateway.adapters``: TGI, Triton, Ollama, llama.cpp)
@@ -48,7 +48,7 @@ from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult, Upstream
 from gateway.replicas.balancer import Balancer, ReplicaState
 from gateway.replicas.client import UpstreamClient, UpstreamResponse
 from gateway.request_ids import RequestIds
-from gateway.responses import ResponsesRelay, read_response_usage
+from gateway.responses_api import ResponsesRelay, read_response_usage
 from gateway.sse import SSERelay, model_rewriter, read_body_usage, rewrite, upstream_stream_options
 
 _encode = msgspec.json.encode
@@ -110,10 +110,9 @@ class CallUpstream:
         body = call.body
         body["model"] = replica.model
         is_passthrough = call.endpoint is Endpoint.PASSTHROUGH  # the backend's own route: no priority
-        priority = None if is_passthrough else call.policy.priority_for(call.key, call.tenant)
+        priority = None if is_passthrough else call.priority
         if priority is not None:  # lower runs first: a client's own may not go below the policy's
-            given = body.get("priority")
-            body["priority"] = max(given, priority) if isinstance(given, int) else priority
+            body["priority"] = priority
         if call.is_stream and call.endpoint is not Endpoint.RESPONSES:  # Responses streams carry usage
             options = body.get("stream_options")
             body["stream_options"] = upstream_stream_options(options, include_usage=call.include_usage)
@@ -142,7 +141,7 @@ class CallUpstream:
         state.acquire()
         call.on_finish(_release(self.balancer, state))
         sent_at = time.perf_counter()
-        deadline = call.started_at + timeouts.total_s  # retries share it (gateway.stages.retry)
+        deadline = call.deadline  # retries share it (gateway.stages.retry)
         first_byte_at = min(sent_at + timeouts.first_byte_s, deadline)
         # plain: the headers come when generation ends, so only total_s bounds them
         headers_s = max(0.0, (first_byte_at if call.is_stream else deadline) - sent_at)
@@ -313,4 +312,5 @@ async def _relay(
         call.num_events = relay.num_events
         if attempt is not None:
             attempt.end(call, error)
-        await call.finish(error)
+        if error is not None:
+            call.error = error  # the request's owner finishes the call once the stream is over

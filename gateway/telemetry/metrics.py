@@ -5,22 +5,16 @@ Labels never carry API keys or prompt content; tenants label token counters only
 ``telemetry.tenant_labels`` allows it. The fair queue's series (``sortyard_queue_*``) are per tenant
 always: fair share is per tenant, and they exist only for pools whose policy has a ``queue``.
 
-Several worker processes (``sortyard serve --workers N``): the parent calls
-:func:`prepare_multiprocess` (an empty directory in ``PROMETHEUS_MULTIPROC_DIR``) before any worker
-starts, so that each worker's prometheus_client keeps its values in memory-mapped files there, and
-``Metrics.render()`` answers with the sum over all workers (``MultiProcessCollector``): whichever
-worker a scrape reaches, the counts are the whole server's. Replica gauges are written by the worker
-that serves a scrape and summed (``livesum``) or maxed (``livemax``) over live workers.
+Several worker processes (``sortyard serve --workers N``): ``Metrics.render()`` answers with the sum
+over all workers, whose values live in the directory ``gateway.telemetry.multiprocess`` prepares.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
@@ -42,29 +36,13 @@ from gateway.errors import (
     UpstreamTimeout,
     status_of,
 )
+from gateway.telemetry.multiprocess import is_multiprocess
 
 if TYPE_CHECKING:
     from gateway.pipeline import Call
     from gateway.replicas.balancer import ReplicaState
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 BREAKER_STATES = ("closed", "half_open", "open")
-
-
-def prepare_multiprocess(directory: str | os.PathLike[str]) -> Path:
-    """Multi-worker metrics: empty ``directory`` (a previous run's files would add up) and export it as
-    ``PROMETHEUS_MULTIPROC_DIR``. Call it in the parent before the workers start (prometheus_client
-    picks its value class when it is first imported, in each worker)."""
-    path = Path(directory)
-    if path.exists():
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
-    os.environ[MULTIPROC_ENV] = str(path)
-    return path
-
-
-def is_multiprocess() -> bool:
-    return bool(os.environ.get(MULTIPROC_ENV))
 
 
 def upstream_error_kind(error: GatewayError) -> str | None:

@@ -4,9 +4,9 @@
 
     accept -> authenticate: the upgrade's Authorization header, or the first message's api_key
       -> read messages until the client leaves:
-           request  its own task, as gateway.proxy.serve runs an HTTP request: new_call ->
-                    Pipeline.run -> a frame per event as the stream arrives -> call.finish ->
-                    span end and access-log line
+           request  its own task, the life an HTTP request has (gateway.lifecycle.live): the
+                    key checked again, new_call -> Pipeline.run -> a frame per event as the
+                    stream arrives -> call.finish -> span end and access-log line
            cancel   that request's task is cancelled: upstream closed, settled as a 499
       -> the client left: every request still open is cancelled, as an HTTP client's disconnect is
 
@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
+from gateway.authentication import authenticate_client
 from gateway.compiled import CompiledPolicy
 from gateway.errors import (
     AuthenticationFailed,
@@ -40,12 +41,11 @@ from gateway.errors import (
     RateLimited,
     RequestTimeout,
     ServiceUnavailable,
-    status_of,
 )
-from gateway.pipeline import Call, Endpoint, StreamResult
-from gateway.proxy import Observer, Receive, Scope, Send, new_call
-from gateway.runtime import Gateway
-from gateway.stages.auth import authenticate_client
+from gateway.instance import Gateway
+from gateway.lifecycle import Observer, live, new_call
+from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult
+from gateway.proxy import Receive, Scope, Send
 from gateway.telemetry.spans import RequestSpan
 from gateway.websocket.frames import StreamFrames, error_frame, frame
 from gateway.websocket.messages import ClientMessage, Kind, MessageError, mode_of_query, read_message
@@ -113,7 +113,7 @@ class Connection:
         """The upgrade's headers; with the first message's ``api_key`` as Authorization once it came."""
         self.peer: str | None = scope["client"][0] if scope.get("client") else None
         self.default_mode = mode_of_query(scope.get("query_string", b""))
-        self._span_scope = {"method": "GET", "path": scope["path"]}
+        self.span_scope = {"method": "GET", "path": scope["path"]}
         self.requests: dict[bytes, asyncio.Task[None]] = {}
         """Requests not answered yet, by their encoded id (``null`` for the one without)."""
         self._tasks: set[asyncio.Task[None]] = set()  # answered or not, until their after-response work ran
@@ -254,89 +254,17 @@ class Connection:
         self._cancelled.add(task)
         task.cancel()
 
-    def _answered(self, key: bytes) -> None:
+    def answered(self, key: bytes) -> None:
         """From here on the request is not cancelled: its last frame is being sent, or it ended."""
         if self.requests.get(key) is asyncio.current_task():
             del self.requests[key]
 
     async def _serve(self, message: ClientMessage, key: bytes) -> None:
-        """One request, from its message to its last frame and after-response work (as ``serve``)."""
-        gateway = self.gateway
-        started_at = time.perf_counter()
-        gateway.inflight.enter()  # until the last finisher has run
-        compiled = gateway.compiled
-        request_id = gateway.request_id(_NO_HEADERS)  # each its own: leases and logs are per request
-        span = self.observer.start(compiled, self.headers, self._span_scope)
-        frames = StreamFrames(message.id, message.mode)
-        call: Call | None = None
-        outcome: GatewayError | None = None
-        status = 500
-        try:
-            try:
-                call = self._new_call(message, compiled, request_id, span)
-                # the done frame carries the usage: asked for always (the upstream stage asks anyway)
-                frames.keep_usage_chunk, call.include_usage = call.include_usage, True
-                result = await gateway.pipeline.run(call)
-                if not isinstance(result, StreamResult):  # stream is always on: a bug
-                    raise GatewayError("The answer was not a stream.")
-                status = result.status
-                await self._relay(result.events, frames, key, request_id)
-            except GatewayError as error:
-                outcome = error
-                status = status_of(error)
-            except asyncio.CancelledError:
-                if not self._absorb():
-                    raise
-                outcome = ClientDisconnected("The client cancelled the request or closed the connection.")
-            except _Gone:  # the socket went away under a frame
-                outcome = ClientDisconnected("The client closed the connection.")
-            except Exception:  # a bug: still an OpenAI-shaped error frame
-                logger.exception("unexpected error on a WebSocket request")
-                outcome = GatewayError("The server had an error processing your request.")
-            self._answered(key)
-            if isinstance(outcome, ClientDisconnected):
-                status = outcome.status  # nobody is listening: nothing to send
-            elif outcome is not None:
-                await self._send_quietly(error_frame(message.id, outcome, request_id if call else None))
-                if isinstance(outcome, AuthenticationFailed):  # the key stopped working (a reload)
-                    self._close_soon(_Closing.of(outcome, None))
-        finally:
-            self._answered(key)
-            try:
-                if call is not None:
-                    await call.finish(outcome)  # the stream's own finish ran first when there was one
-                self.observer.finish(
-                    compiled,
-                    span,
-                    Endpoint.CHAT,
-                    request_id,
-                    status,
-                    call.started_at if call is not None else started_at,
-                    call,
-                    outcome,
-                )
-            finally:
-                gateway.inflight.exit()
+        """One request, from its message to its last frame and after-response work: the life an HTTP
+        request has (``gateway.lifecycle.live``)."""
+        await live(self.gateway, self.observer, _MessageExchange(self, message, key))
 
-    def _new_call(
-        self, message: ClientMessage, compiled: CompiledPolicy, request_id: str, span: RequestSpan | None
-    ) -> Call:
-        try:
-            return new_call(
-                Endpoint.CHAT,
-                self.headers,
-                message.body,
-                compiled,
-                request_id,
-                time.perf_counter(),
-                span,
-                self.peer,
-            )
-        except GatewayError as error:
-            self.gateway.metrics.count_request(Endpoint.CHAT.name.lower(), "-", status_of(error))
-            raise
-
-    async def _relay(
+    async def relay(
         self, events: AsyncIterator[bytes], frames: StreamFrames, key: bytes, request_id: str
     ) -> None:
         """The stream as frames; the next event is read only once the last frame has gone out."""
@@ -344,15 +272,15 @@ class Connection:
             async for chunk in events:
                 for each in frames.feed(chunk):
                     await self._send(each)
-            self._answered(key)
+            self.answered(key)
             await self._send(frames.last(request_id))
         finally:
-            self._answered(key)  # not cancelled from here on: closing the upstream and settling must run
+            self.answered(key)  # not cancelled from here on: closing the upstream and settling must run
             aclose = getattr(events, "aclose", None)
             if aclose is not None:
                 await aclose()  # closes the upstream connection if the stream did not finish
 
-    def _absorb(self) -> bool:
+    def absorb(self) -> bool:
         """In an ``except CancelledError``: True (and the cancellation undone) when the connection
         cancelled this request (a cancel message, the client gone, the connection closing)."""
         task = asyncio.current_task()
@@ -362,7 +290,7 @@ class Connection:
         task.uncancel()
         return True
 
-    def _close_soon(self, closing: _Closing) -> None:
+    def close_soon(self, closing: _Closing) -> None:
         """End the connection from a request's task: the reader stops, then ``run`` closes it."""
         if self._closing is None and not self._is_ending:
             self._closing = closing
@@ -378,7 +306,7 @@ class Connection:
             except OSError as error:  # uvicorn's ClientDisconnected
                 raise _Gone("the client left") from error
 
-    async def _send_quietly(self, data: bytes) -> None:
+    async def send_quietly(self, data: bytes) -> None:
         try:
             await self._send(data)
         except _Gone:  # the client left: the reader cancels the rest
@@ -386,7 +314,7 @@ class Connection:
 
     async def _close(self, closing: _Closing) -> None:
         if closing.last is not None:
-            await self._send_quietly(closing.last)
+            await self.send_quietly(closing.last)
         async with self._lock:
             if self._is_closed:
                 return
@@ -397,3 +325,66 @@ class Connection:
                 )
             except OSError:
                 pass
+
+
+class _MessageExchange:
+    """One request message's arrival and answer (``gateway.lifecycle.Exchange``): the connection's
+    headers and key, the stream as frames, an error as an error frame."""
+
+    endpoint = Endpoint.CHAT
+
+    def __init__(self, connection: Connection, message: ClientMessage, key: bytes) -> None:
+        self.connection = connection
+        self.message = message
+        self.key = key
+        self.headers = connection.headers
+        self.id_headers = _NO_HEADERS  # each request its own id: leases and logs are per request
+        self.scope = connection.span_scope
+        self.frames = StreamFrames(message.id, message.mode)
+        self._request_id: str | None = None
+
+    async def open(self, compiled: CompiledPolicy, request_id: str, span: RequestSpan | None) -> Call:
+        connection, gateway = self.connection, self.connection.gateway
+        self._request_id = request_id
+        # checked again for each request: a reload may have revoked the connection's key
+        peer = connection.peer
+        key = await authenticate_client(compiled, self.headers, peer, gateway.clients, gateway.keys)
+        call = new_call(
+            Endpoint.CHAT,
+            self.headers,
+            self.message.body,
+            compiled,
+            request_id,
+            time.perf_counter(),
+            key=key,
+            span=span,
+            peer=peer,
+        )
+        # the done frame carries the usage: asked for always (the upstream stage asks anyway)
+        self.frames.keep_usage_chunk, call.include_usage = call.include_usage, True
+        return call
+
+    async def deliver(self, call: Call, result: BytesResult | StreamResult) -> int:
+        if not isinstance(result, StreamResult):  # stream is always on: a bug
+            raise GatewayError("The answer was not a stream.")
+        try:
+            await self.connection.relay(result.events, self.frames, self.key, call.request_id)
+        except _Gone:  # the socket went away under a frame
+            call.error = ClientDisconnected("The client closed the connection.")
+            return call.error.status
+        return result.status
+
+    async def refuse(self, call: Call | None, error: GatewayError) -> None:
+        connection = self.connection
+        connection.answered(self.key)
+        if isinstance(error, ClientDisconnected):
+            return  # nobody is listening
+        await connection.send_quietly(error_frame(self.message.id, error, self._request_id if call else None))
+        if isinstance(error, AuthenticationFailed):  # the key stopped working (a reload)
+            connection.close_soon(_Closing.of(error, None))
+
+    def is_client_gone(self) -> bool:
+        return self.connection.absorb()
+
+    def close(self) -> None:
+        self.connection.answered(self.key)

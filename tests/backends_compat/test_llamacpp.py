@@ -19,8 +19,8 @@ import pytest
 from gateway.replicas.state import ReplicaState
 from tests.backends_compat.scenarios import CompatScenarios, Target, compat_policy, wait_until
 from tests.support.cut_proxy import CutProxy
-from tests.support.gateway_server import GatewayServer, write_policy
 from tests.support.llamacpp_server import LlamaCppServer, unavailable
+from tools.servers.gateway_server import GatewayServer, write_policy
 
 pytestmark = pytest.mark.slow
 

@@ -18,9 +18,9 @@ import yaml
 
 from tests.backends_compat.scenarios import MESSAGES
 from tests.support import llamacpp_server
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, write_policy
 from tests.support.wire_fake import WireFake, load_transcript
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, write_policy
 
 pytestmark = pytest.mark.slow
 

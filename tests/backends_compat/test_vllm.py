@@ -32,9 +32,9 @@ from gateway.adapters import ReplicaLoad, parse_vllm_metrics
 from gateway.replicas.state import ReplicaState
 from tests.backends_compat.scenarios import MESSAGES, CompatScenarios, Target, compat_policy, wait_until
 from tests.support.cut_proxy import CutProxy
-from tests.support.gateway_server import GatewayServer, write_policy
 from tests.support.vllm_server import START_TIMEOUT_S, VllmServer, VllmUnavailable, ensure_vllm
 from tests.support.wire_fake import WireFake, load_transcript
+from tools.servers.gateway_server import GatewayServer, write_policy
 
 SETUP_TIMEOUT_S = 1800 + START_TIMEOUT_S
 """The first test's setup installs vLLM's venv when a machine has none (minutes from the registries),

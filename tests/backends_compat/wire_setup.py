@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.backends_compat.scenarios import Target, compat_policy, wait_until
-from tests.support.gateway_server import GatewayServer, write_policy
 from tests.support.wire_fake import WireFake, load_transcript
+from tools.servers.gateway_server import GatewayServer, write_policy
 
 
 def exchange(transcript: dict[str, Any], name: str) -> dict[str, Any]:

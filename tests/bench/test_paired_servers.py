@@ -1,5 +1,6 @@
 """bench/paired_servers.py: two fake OpenAI server processes up at once, the rounds' order and ratios,
-both servers stopped afterwards; and engine_throughput's options that drive it."""
+both servers stopped afterwards; and engine_throughput's options and engine_servers' contenders that
+drive it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import engine_servers
 import engine_throughput
 import pytest
 from harness.processes import ProcessSpec, free_port
@@ -149,7 +151,7 @@ def test_engine_throughput_refuses_rounds_without_two_servers(
 
 def test_the_sortyard_baseline_differs_only_by_its_environment(tmp_path: Path) -> None:
     ns = engine_throughput.parse_args(["--baseline", "sortyard", "--baseline-env", "KMP_BLOCKTIME=0"])
-    first, second = engine_throughput.contenders(ns, tmp_path)
+    first, second = engine_servers.contenders(ns, tmp_path)
     assert (first.label, second.label) == ("sortyard", "sortyard-baseline")
     strip_port = lambda argv: [x for i, x in enumerate(argv) if i == 0 or argv[i - 1] != "--port"]  # noqa: E731
     assert strip_port(first.spec.argv) == strip_port(second.spec.argv)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.redis_server import find_redis_binary
+from tools.servers.redis_server import find_redis_binary
 
 REPO = Path(__file__).resolve().parents[2]
 

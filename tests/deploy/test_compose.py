@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.api_keys import key_stanza
+from gateway.keys.hashing import key_stanza
 from tests.deploy.conftest import ROOT, Images, free_port, http_status, run, wait_until
 from tests.deploy.test_images import READY_TIMEOUT_S, write_policy_dir
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.api_keys import key_stanza
+from gateway.keys.hashing import key_stanza
 from tests.deploy.conftest import ROOT, Images, build_image, free_port, http_status, run, wait_until
 
 pytestmark = pytest.mark.slow

@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.api_keys import hash_key, new_key
+from gateway.keys.hashing import hash_key, new_key
 from tests.support.browser import ARTIFACTS, chromium
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 pytestmark = pytest.mark.slow
 

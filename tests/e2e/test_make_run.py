@@ -15,7 +15,7 @@ import openai
 import pytest
 import yaml
 
-from tests.support.redis_server import free_port
+from tools.servers.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

@@ -33,7 +33,7 @@ def _run(code: str, **env: str) -> None:
 
 
 def test_importing_the_gateway_does_not_import_redis_py() -> None:
-    _run("import sys, gateway.app, gateway.cli, gateway.shared_state")
+    _run("import sys, gateway.app, gateway.cli, gateway.state_factories")
 
 
 def test_a_redis_backed_gateway_does_not_import_redis_py(redis_flushed: str) -> None:
@@ -45,7 +45,7 @@ def test_a_redis_backed_gateway_does_not_import_redis_py(redis_flushed: str) -> 
         from gateway.cache.entry import Entry, EntryKind
         from gateway.policy import load_policy
         from gateway.settings import Settings
-        from gateway.shared_state import build_caches, build_store
+        from gateway.state_factories import build_caches, build_store
         from gateway.telemetry.metrics import Metrics
 
         create_app(Settings(policy_path="policies/default.yaml"))

@@ -21,7 +21,7 @@ from gateway.replicas.pools import is_gateway_path
 from gateway.schemas import parse_body
 from gateway.settings import Settings
 from tests.reliability.test_validation_contract import CAPABILITIES, CONTRACT, Row
-from tests.support.gateway_server import fake_policy, write_policy
+from tools.servers.gateway_server import fake_policy, write_policy
 
 _REQUEST_SCHEMA = {
     Endpoint.CHAT: "ChatRequest",

@@ -15,12 +15,12 @@ import httpx
 import pytest
 import yaml
 
-from gateway.api_keys import hash_key
 from gateway.compiled import CompiledPolicy
+from gateway.keys.hashing import hash_key
 from gateway.policy import load_policy
 from gateway.reloader import PolicyReloader
-from tests.support.gateway_process import GatewayProcess
-from tests.support.gateway_server import fake_policy, write_policy
+from tools.servers.gateway_process import GatewayProcess
+from tools.servers.gateway_server import fake_policy, write_policy
 
 
 def test_reload_adopts_good_files_and_refuses_bad_ones(tmp_path: Path) -> None:

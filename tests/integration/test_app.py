@@ -14,8 +14,8 @@ from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello"}]
 

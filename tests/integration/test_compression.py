@@ -17,8 +17,8 @@ import zstandard
 from aiohttp import web
 
 from gateway.compression import choose_coding
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 THRESHOLD = 64
 """Under every answer of the fake (~300 bytes): all of them are compressed for a client that asks."""

@@ -17,10 +17,10 @@ import httpx
 import openai
 import pytest
 
-from gateway.api_keys import hash_key, new_key
 from gateway.cli.parser import main as cli
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from gateway.keys.hashing import hash_key, new_key
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """A pool's pass-through routes (vLLM's ``/tokenize`` and ``/detokenize``) through a real gateway: the
 official SDK's generic ``post`` -> the gateway on loopback -> the fake upstream's routes at its origin
-(``tests/support/fake_vllm.py``). A key is needed, the body's ``model`` routes, no token is counted."""
+(``tools/servers/fake_vllm.py``). A key is needed, the body's ``model`` routes, no token is counted."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import httpx
 import openai
 import pytest
 
-from gateway.api_keys import hash_key, new_key
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.fake_vllm import MAX_MODEL_LEN, render
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from gateway.keys.hashing import hash_key, new_key
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.fake_vllm import MAX_MODEL_LEN, render
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 KEY = new_key()
 ADMIN = new_key()

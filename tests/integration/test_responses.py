@@ -1,5 +1,5 @@
 """The Responses API through a real gateway: the official SDK's ``client.responses`` -> the gateway on
-loopback -> the fake upstream's ``/v1/responses`` (``tests/support/fake_vllm.py``), with the policy
+loopback -> the fake upstream's ``/v1/responses`` (``tools/servers/fake_vllm.py``), with the policy
 chat gets: keys, token limits, routing (aliases, ``auto``), retries, accounting; never the cache."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import httpx
 import openai
 import pytest
 
-from gateway.api_keys import hash_key, new_key
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.fake_vllm import RESPONSE_ID, RESPONSE_USAGE
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from gateway.keys.hashing import hash_key, new_key
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.fake_vllm import RESPONSE_ID, RESPONSE_USAGE
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 KEY = new_key()
 ADMIN = new_key()

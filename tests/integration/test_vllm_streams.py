@@ -13,10 +13,10 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from gateway.api_keys import hash_key, new_key
+from gateway.keys.hashing import hash_key, new_key
 from gateway.tokens import TokenCounter
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 ADMIN = new_key()
 MESSAGES: list[ChatCompletionMessageParam] = [

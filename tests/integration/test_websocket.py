@@ -20,10 +20,10 @@ import redis
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from gateway.api_keys import hash_key, new_key
+from gateway.keys.hashing import hash_key, new_key
 from gateway.stores import RedisStore
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 USER = new_key()

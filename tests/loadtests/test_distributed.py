@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from loadtests.report import read_failures, read_stats, read_workers
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import write_policy
-from tests.support.redis_server import free_port
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import write_policy
+from tools.servers.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

@@ -19,9 +19,9 @@ import pytest
 from gateway.cli import main
 from loadtests.config import REQUEST_NAMES
 from loadtests.report import read_failures, read_stats
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import write_policy
-from tests.support.redis_server import free_port
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import write_policy
+from tools.servers.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

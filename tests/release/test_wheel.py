@@ -19,9 +19,9 @@ import openai
 import pytest
 import yaml
 
-from tests.support.fake_upstream import FakeUpstream
 from tests.support.readiness import wait_until_ok
-from tests.support.redis_server import free_port
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.redis_server import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from gateway.schemas import MAX_JSON_DEPTH
-from tests.support.gateway_server import GatewayServer
+from tools.servers.gateway_server import GatewayServer
 
 ENDPOINTS = {
     "/v1/chat/completions": "messages",

@@ -18,7 +18,7 @@ from backends.engine.llm_engine import LLMEngine
 from backends.serving.app import create_app
 from tests.backends.engine.tiny import build_tiny_model
 from tests.backends.serving.harness import serve, wait_until
-from tests.support.gateway_server import GatewayServer, write_policy
+from tools.servers.gateway_server import GatewayServer, write_policy
 
 pytestmark = pytest.mark.slow
 NUM_STREAMS, NUM_PLAIN, MAX_TOKENS = 12, 12, 3000

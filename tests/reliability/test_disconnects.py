@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer
 
 
 def _wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:

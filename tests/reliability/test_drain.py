@@ -20,11 +20,11 @@ import httpx
 import pytest
 
 from gateway.policy import load_policy
-from gateway.shared_state import build_store
 from gateway.stages.limits import month_of
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_process import GatewayProcess
-from tests.support.gateway_server import fake_policy, write_policy
+from gateway.state_factories import build_store
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_process import GatewayProcess
+from tools.servers.gateway_server import fake_policy, write_policy
 
 pytestmark = pytest.mark.slow
 SLOW = {"model": "slow", "stream": True, "messages": [{"role": "user", "content": "x"}]}  # 200 events, 10 s

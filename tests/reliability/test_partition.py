@@ -1,8 +1,7 @@
 """One gateway cut off from Redis by the network, then healed, on hosts of their own.
 
-Five network namespaces on one bridge (tests/support/netns.py): ``redis`` (a real redis-server bound to
-its address), ``engine`` (the fake upstream), ``gw1`` and ``gw2`` (``python -m gateway serve``, one
-policy, ``SORTYARD_REDIS_URL`` pointing at ``redis``). This process is the client, from the bridge.
+The hosts are tests/support/netns_cluster.py's: ``redis``, ``engine`` (the fake upstream), ``gw1`` and
+``gw2`` (two gateways, one policy, sharing ``redis``). This process is the client, from the bridge.
 Every phase uses a key of its own (a 60 s window would carry one phase's count into the next), all with
 ``requests_per_minute: N`` (credit is granted: N >= 64), a concurrency limit and a budget:
 
@@ -26,11 +25,10 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +36,12 @@ import httpx
 import pytest
 import redis
 
-from gateway.api_keys import hash_key, new_key
-from tests.support.gateway_server import write_policy
-from tests.support.netns import Network, unavailable_reason
-from tests.support.redis_server import find_redis_binary
+from gateway.keys.hashing import hash_key, new_key
+from tests.support.netns_cluster import Cluster, running_cluster, skip_reason, wait_for
+from tools.servers.gateway_server import write_policy
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 HOLD_S = float(os.environ.get("SORTYARD_PARTITION_HOLD_S", "0"))
 """How long the cut lasts after its requests (measure recovery after long partitions)."""
 N = 80
@@ -57,23 +53,12 @@ TIMEOUT_S = 1.0
 """The store's timeout: generous, so a busy 2-core box never times gw2 out spuriously (it would fall back
 or fail and the counts would drift); the cut costs gw1 this much."""
 CONCURRENCY = 16
-GATEWAY_PORT = 8000
-ENGINE_PORT = 8001
 PROMPT, COMPLETION = 11, 6
 """The fake upstream's usage of every answer."""
 PHASES = ("healthy", "cut", "healed")
 KEYS = {name: new_key() for name in (*PHASES, "probe", "admin")}
 BODY = {"model": "small", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
 _FALLBACKS = re.compile(r'^sortyard_store_fallbacks_total\{reason="(\w+)"\} ([0-9.e+]+)$', re.M)
-
-
-def _engine_main(host: str, port: int) -> None:
-    """In the engine namespace: the fake upstream's app on the host's address."""
-    from aiohttp import web
-
-    from tests.support.fake_upstream import FakeUpstream
-
-    web.run_app(FakeUpstream(port)._app(), host=host, port=port, print=None)
 
 
 def _policy(path: Path, engine_url: str, mode: str) -> Path:
@@ -116,109 +101,18 @@ def _policy(path: Path, engine_url: str, mode: str) -> Path:
 # ---- the hosts -------------------------------------------------------------------------------------
 
 
-@dataclass
-class Cluster:
-    net: Network
-    gw1: str
-    gw2: str
-    raw: redis.Redis
-    logs: dict[str, Path] = field(default_factory=dict)
-
-    def log_tails(self) -> str:
-        return "\n".join(f"--- {name}:\n{path.read_text()[-3000:]}" for name, path in self.logs.items())
-
-
-def _wait_for(
-    predicate: Callable[[], bool], what: str, timeout_s: float = 30.0, every_s: float = 0.02
-) -> float:
-    """Poll until ``predicate()``; the seconds it took."""
-    started = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - started < timeout_s, f"never happened within {timeout_s} s: {what}"
-        time.sleep(every_s)
-    return time.monotonic() - started
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _pings(raw: redis.Redis) -> bool:
-    try:
-        return bool(raw.ping())
-    except redis.RedisError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def netns_ok() -> None:
-    reason = unavailable_reason()
+    reason = skip_reason()
     if reason is not None:
         pytest.skip(reason)
-    if find_redis_binary() is None:
-        pytest.skip("no redis-server binary")
 
 
 @pytest.fixture
 def cluster(netns_ok: None, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     mode: str = request.param
-    binary = find_redis_binary()
-    assert binary is not None
-    with Network(["redis", "engine", "gw1", "gw2"]) as net:
-        raw = redis.Redis(host=net.address("redis"), port=6379, socket_timeout=5, decode_responses=True)
-        logs = {name: tmp_path / f"{name}.log" for name in ("redis", "engine", "gw1", "gw2")}
-
-        def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-            with logs[name].open("wb") as log:
-                net.popen(name, argv, env=env, cwd=REPO, stdout=log, stderr=log)
-
-        try:
-            redis_dir = tmp_path / "redis"
-            redis_dir.mkdir()
-            start(
-                "redis",
-                [binary, "--bind", net.address("redis"), "--port", "6379", "--save", "", "--appendonly", "no",
-                 "--protected-mode", "no", "--dir", str(redis_dir)],
-            )  # fmt: skip
-            engine = net.address("engine")
-            code = (
-                "from tests.reliability.test_partition import _engine_main; "
-                f"_engine_main({engine!r}, {ENGINE_PORT})"
-            )
-            start("engine", [sys.executable, "-c", code])
-            policy = _policy(tmp_path / "policy.yaml", f"http://{engine}:{ENGINE_PORT}/v1", mode)
-            env = {
-                **_environ(),
-                "SORTYARD_REDIS_URL": f"redis://{net.address('redis')}:6379/0",
-                "SORTYARD_CACHE_SALT_SECRET": "partition-test",
-            }
-            for name in ("gw1", "gw2"):
-                start(
-                    name,
-                    [sys.executable, "-m", "gateway", "serve", "--policy", str(policy),
-                     "--host", net.address(name), "--port", str(GATEWAY_PORT), "--log-level", "warning"],
-                    env,
-                )  # fmt: skip
-            gw1, gw2 = (f"http://{net.address(name)}:{GATEWAY_PORT}" for name in ("gw1", "gw2"))
-            cluster = Cluster(net, gw1, gw2, raw, logs)
-            _wait_for(lambda: _pings(raw), "redis answered", 20)
-            _wait_for(lambda: _answers(f"http://{engine}:{ENGINE_PORT}/health"), "the engine answered", 60)
-            for url in (gw1, gw2):
-                _wait_for(lambda url=url: _answers(url + "/readyz"), f"{url} ready", 60)  # type: ignore[misc]
-            yield cluster
-        except BaseException:
-            print(Cluster(net, "", "", raw, logs).log_tails())
-            raise
-        finally:
-            raw.close()
-
-
-def _environ() -> dict[str, str]:
-    # the gateways take their settings from SORTYARD_* variables: none of this process's may leak in
-    return {name: value for name, value in os.environ.items() if not name.startswith("SORTYARD_")}
+    with running_cluster(tmp_path, lambda url: _policy(tmp_path / "policy.yaml", url, mode)) as cluster:
+        yield cluster
 
 
 # ---- the client ------------------------------------------------------------------------------------
@@ -368,7 +262,7 @@ def test_a_gateway_cut_off_from_redis_then_healed(cluster: Cluster, request: pyt
         if not recovered:
             time.sleep(0.05)  # the poll's interval
     recover_s = time.monotonic() - healed_at
-    ready_s = _wait_for(lambda: _readyz(gw1)[0] == 200, "gw1 ready again", 60)
+    ready_s = wait_for(lambda: _readyz(gw1)[0] == 200, "gw1 ready again", 60)
 
     # limits are exact across both gateways again
     answers = asyncio.run(_send([((gw1, gw2)[i % 2], "healed") for i in range(N + EXTRA)]))
@@ -376,7 +270,7 @@ def test_a_gateway_cut_off_from_redis_then_healed(cluster: Cluster, request: pyt
     admitted["healed"] += N
 
     # nothing leaks: every lease (and spare slot) given back well before any could expire (30 s)
-    leases_s = _wait_for(lambda: not _leases(cluster.raw), "every lease released", 15, 0.05)
+    leases_s = wait_for(lambda: not _leases(cluster.raw), "every lease released", 15, 0.05)
     # the ledger counts every admitted request once: gw2 answers Redis's, gw1 adds its fallback's
     assert _fallbacks(gw2) == {}, "gw2 never fell back"
     in_redis = {key: admitted[key] - by_fallback[key] for key in admitted}
@@ -385,8 +279,8 @@ def test_a_gateway_cut_off_from_redis_then_healed(cluster: Cluster, request: pyt
         got = {key: entry["requests"] for key, entry in _usage(url).items()}
         return got == {key: count for key, count in expected.items() if count}
 
-    _wait_for(lambda: ledger_is(gw2, in_redis), f"Redis's ledger is {in_redis}", 15, 0.05)
-    _wait_for(lambda: ledger_is(gw1, dict(admitted)), f"gw1's ledger is {dict(admitted)}", 15, 0.05)
+    wait_for(lambda: ledger_is(gw2, in_redis), f"Redis's ledger is {in_redis}", 15, 0.05)
+    wait_for(lambda: ledger_is(gw1, dict(admitted)), f"gw1's ledger is {dict(admitted)}", 15, 0.05)
     for key, entry in _usage(gw1).items():  # settled from the real usage, priced, wherever admitted
         requests = admitted[key]
         assert (entry["requests"], entry["input_tokens"], entry["output_tokens"]) == (

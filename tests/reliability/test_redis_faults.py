@@ -28,12 +28,12 @@ import httpx
 import pytest
 import redis
 
-from gateway.api_keys import hash_key
+from gateway.keys.hashing import hash_key
 from gateway.stages.limits import month_of
 from gateway.stores import CreditStore, FailoverStore, RedisStore, StoreUnavailable, UsageReport
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
-from tests.support.redis_server import RedisServer
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow
 

@@ -17,10 +17,10 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from gateway.api_keys import hash_key, new_key
+from gateway.keys.hashing import hash_key, new_key
 from gateway.openapi import build_document
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 pytestmark = pytest.mark.slow
 

@@ -12,13 +12,13 @@ import openai
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway.api_keys import KeyIndex, hash_key, key_stanza, new_key
+from gateway.keys.hashing import KeyIndex, hash_key, key_stanza, new_key
+from gateway.lifecycle import Observer
 from gateway.policy import PolicyError, parse_policy
-from gateway.proxy import Observer
 from gateway.telemetry.access_log import AccessLog
 from gateway.telemetry.tracing import GatewayTracer
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 USER, ADMIN = new_key(), new_key()
 CHAT = {"model": "small", "messages": [{"role": "user", "content": "hi"}]}
@@ -126,9 +126,28 @@ def test_policy_urls_must_be_http(url: str) -> None:
 
 def test_unauthenticated_requests_are_bounded_in_size(guarded: GatewayServer) -> None:
     big = {**CHAT, "padding": "x" * 10_000}  # over the policy's 4,096 bytes
-    assert httpx.post(guarded.url + "/v1/chat/completions", json=big).status_code == 413
+    assert httpx.post(guarded.url + "/v1/chat/completions", json=big, headers=_auth(USER)).status_code == 413
+    assert httpx.post(guarded.url + "/v1/chat/completions", json=big).status_code == 401  # the key first
     assert httpx.post(guarded.url + "/v1/chat/completions", json=CHAT).status_code == 401
     assert httpx.post(guarded.url + "/v1/nope", content=b"x" * 100_000).status_code == 404
+
+
+@pytest.mark.parametrize("framing", [b"Content-Length: 60000000", b"Transfer-Encoding: chunked"])
+def test_a_request_without_a_key_is_refused_before_its_body_is_read(
+    guarded: GatewayServer, framing: bytes
+) -> None:
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\n" + framing + b"\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", guarded.port), timeout=10) as conn:
+        conn.sendall(head)  # not one byte of the body: the answer must not wait for it
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        assert conn.recv(1) == b""  # then the connection closes: the rest of the upload is not wanted
+    assert reply.startswith(b"HTTP/1.1 401"), reply[:200]
+    assert b"connection: close" in reply.lower() and b'"invalid_api_key"' in reply
 
 
 def test_admin_endpoints_refuse_other_keys(guarded: GatewayServer) -> None:

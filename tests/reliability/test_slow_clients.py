@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 TIMEOUT_S = 0.5
 

@@ -25,7 +25,7 @@ import pytest
 
 from backends.serving.app import create_app
 from tests.backends.serving.harness import serve
-from tests.support.gateway_server import GatewayServer, write_policy
+from tools.servers.gateway_server import GatewayServer, write_policy
 
 CHAT = "/v1/chat/completions"
 TEXT = "/v1/completions"

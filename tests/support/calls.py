@@ -8,10 +8,10 @@
     assert call.pool == "small"
 
 ``policy_doc`` gives every pool one replica at ``http://<pool>-<i>.test/v1`` serving ``served-<pool>``;
-``api_key`` makes a key and its policy stanza. ``build_call`` decodes the body as the proxy does
-(``gateway.proxy.new_call``), sets the pool the route stage would pick, and, given a key's text,
-the ``Authorization`` header and (unless ``authenticated=False``) the key and tenant the auth stage
-would set. ``upstream_stage`` ends a pipeline with the real pick, upstream and retry stages over a
+``api_key`` makes a key and its policy stanza. ``build_call`` decodes the body as the request's owner does
+(``gateway.lifecycle.new_call``), sets the pool the route stage would pick, and, given a key's text,
+the ``Authorization`` header and (unless ``authenticated=False``) the key and tenant authentication
+would find. ``upstream_stage`` ends a pipeline with the real pick, upstream and retry stages over a
 ``MemoryUpstreamClient``; ``chat_completion`` and ``chat_chunk`` are the bodies an upstream answers
 with.
 """
@@ -24,11 +24,11 @@ from typing import Any
 
 import msgspec
 
-from gateway.api_keys import hash_key, new_key
 from gateway.compiled import CompiledPolicy, compile_policy
+from gateway.keys.hashing import hash_key, new_key
+from gateway.lifecycle import new_call
 from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult
 from gateway.policy import parse_policy
-from gateway.proxy import new_call
 from gateway.replicas.balancer import Balancer, ReplicaState
 from gateway.replicas.memory_client import MemoryUpstreamClient
 from gateway.stages.pick import PickReplica
@@ -101,15 +101,11 @@ def build_call(
     names = {name.lower(): value for name, value in (headers or {}).items()}
     if key is not None:
         names["authorization"] = f"Bearer {key}"
-    call = new_call(endpoint, names, msgspec.json.encode(body), compiled, request_id, time.perf_counter())
+    found = compiled.keys.lookup(key) if authenticated and key is not None else None
+    raw = msgspec.json.encode(body)
+    call = new_call(endpoint, names, raw, compiled, request_id, time.perf_counter(), key=found)
     pool = compiled.policy.pool_for_model(call.model)
     call.pool = pool if pool in compiled.policy.pools else None
-    if authenticated:
-        found = compiled.keys.lookup(key) if key is not None else None
-        if found is not None:
-            call.key, call.tenant = found, found.tenant
-        else:
-            call.tenant = compiled.policy.auth.anonymous_tenant
     if tenant is not None:
         call.tenant = tenant
     return call

@@ -13,7 +13,7 @@ import contextlib
 import socket
 import threading
 
-from tests.support.redis_server import free_port
+from tools.servers.redis_server import free_port
 
 
 class CutProxy:

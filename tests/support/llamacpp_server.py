@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.support.redis_server import free_port
+from tools.servers.redis_server import free_port
 
 __all__ = ["LlamaCppServer", "model_path", "unavailable"]
 

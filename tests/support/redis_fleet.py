@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.redis_server import free_port
+from tools.servers.redis_server import free_port
 
 
 def redis_cli(port: int, *args: str, timeout_s: float = 10.0) -> str:

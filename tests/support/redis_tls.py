@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.redis_server import free_port
+from tools.servers.redis_server import free_port
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.support.redis_server import free_port
+from tools.servers.redis_server import free_port
 
 BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
 if str(BENCH_DIR) not in sys.path:  # as tests/bench/conftest.py: bench/ is a folder of scripts

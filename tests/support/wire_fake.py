@@ -33,7 +33,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.support.redis_server import free_port
+from tools.servers.redis_server import free_port
 
 WIRE = Path(__file__).resolve().parents[1] / "backends_compat" / "wire"
 

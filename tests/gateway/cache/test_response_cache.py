@@ -11,7 +11,7 @@ from gateway.cache import CacheKeys, Entry, EntryKind, MemoryResponseCache, Redi
 from gateway.cache.entry import HEADER_BYTES
 from tests.gateway.cache.conftest import Backend, Events
 from tests.gateway.cache.samples import CHAT, encode
-from tests.support.redis_server import RedisServer
+from tools.servers.redis_server import RedisServer
 
 KEYS = CacheKeys()
 BODY = {"model": "small", "messages": [{"role": "user", "content": "Hi"}], "temperature": 0}

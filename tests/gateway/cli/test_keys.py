@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gateway.api_keys import hash_key
 from gateway.cli.keys import keys_new
+from gateway.keys.hashing import hash_key
 
 
 @pytest.mark.parametrize("admin", [False, True])

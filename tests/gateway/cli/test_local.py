@@ -14,8 +14,8 @@ import yaml
 from gateway.cli.local import DEV_ACCESS_LOG, DEV_KEYS_FILE, dev_settings, engine_command, local_engine
 from gateway.settings import Settings
 from tests.gateway.cli.terminal import start_until_banner
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.redis_server import free_port
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.redis_server import free_port
 
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
 """A line in :data:`gateway.cli.logs.LOG_FORMAT`."""

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.gateway.cli.terminal import start_until_banner
-from tests.support.redis_server import free_port
+from tools.servers.redis_server import free_port
 
 
 @pytest.mark.parametrize("auth_required", [True, False])

@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from gateway.api_keys import hash_key
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.keys import FileKeyStore, KeyAdmin, KeyRegistry
+from gateway.keys.hashing import hash_key
 from gateway.keys.records import KeyChanges, KeySpec
 from gateway.policy import Policy, RateLimits, parse_policy
 

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.redis_client.commands import RespCommands
 from gateway.redis_client.resp import RespClient, RespError
-from tests.support.redis_server import RedisServer
+from tools.servers.redis_server import RedisServer
 
 ECHO = "return {KEYS[1], ARGV[1]}"
 ECHO_SHA = hashlib.sha1(ECHO.encode()).hexdigest()

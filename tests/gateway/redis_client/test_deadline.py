@@ -16,7 +16,7 @@ import pytest
 from gateway.redis_client.deadline import Deadline
 from gateway.redis_client.resp import RespClient
 from tests.support.loop_stall import block_after_write
-from tests.support.redis_server import RedisServer
+from tools.servers.redis_server import RedisServer
 
 BOUND_S = 0.2
 STALL_S = 0.6

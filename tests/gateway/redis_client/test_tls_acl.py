@@ -17,8 +17,8 @@ from gateway.redis_client.commands import RespCommands
 from gateway.redis_client.resp import RedisAuthError, RedisTLSError, RespClient, RespError
 from gateway.stores import LimitRule, RedisStore
 from tests.gateway.stores.conftest import T0, admission, settlement
-from tests.support.redis_server import RedisServer
 from tests.support.redis_tls import Certs, TlsRedis, make_certs
+from tools.servers.redis_server import RedisServer
 
 pytestmark = pytest.mark.skipif(
     shutil.which("redis-server") is None or shutil.which("openssl") is None,

@@ -16,7 +16,7 @@ from gateway.replicas.client import AiohttpUpstreamClient, UpstreamResponse
 from gateway.replicas.config import BalancerConfig, BreakerConfig, HealthConfig, RoutingConfig
 from gateway.replicas.health import HealthChecker, ReplicaLoad, parse_vllm_metrics
 from gateway.replicas.pools import Timeouts
-from tests.support.redis_server import free_port
+from tools.servers.redis_server import free_port
 
 VLLM_PAGE = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge

@@ -87,8 +87,10 @@ async def test_a_stream_is_relayed_with_the_asked_model_and_its_usage_accounted(
     assert [msgspec.json.decode(e[6:])["model"] for e in events[:3]] == ["gpt-4o-mini"] * 3
     assert events[3:] == [b"data: [DONE]", b""]  # the usage chunk the client did not ask for is dropped
     assert call.usage == Usage(11, 2) and call.finish_reasons == ["stop"] and call.num_events == 4
-    assert client.responses[0].is_released
-    assert call.replica is not None and call.replica.outstanding == 0  # the stream's end finished the call
+    assert client.responses[0].is_released and call.error is None
+    assert call.replica is not None and call.replica.outstanding == 1  # until the request's owner finishes it
+    await call.finish()
+    assert call.replica.outstanding == 0
 
 
 async def test_a_stream_keeps_the_usage_chunk_when_asked() -> None:

@@ -16,7 +16,7 @@ from redis.crc import key_slot
 from gateway.redis_client.commands import RespCommands
 from gateway.stores import BudgetRule, LimitRule, RedisStore, StoreUnavailable
 from tests.gateway.stores.conftest import MONTH, T0, admission, settlement
-from tests.support.redis_server import RedisServer
+from tools.servers.redis_server import RedisServer
 
 ALL_KINDS = LimitRule(scope="key:k1", requests_per_minute=10, tokens_per_minute=1000, max_concurrent=3)
 

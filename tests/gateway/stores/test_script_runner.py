@@ -21,7 +21,7 @@ from gateway.stores.lua_codec import admit_spec, read_admit_reply
 from gateway.stores.script_runner import LuaScript, ScriptRunner
 from tests.gateway.stores.conftest import T0, admission, settlement
 from tests.support.loop_stall import block_after_write
-from tests.support.redis_server import RedisServer
+from tools.servers.redis_server import RedisServer
 
 ALL_KINDS = LimitRule(scope="key:k1", requests_per_minute=10, tokens_per_minute=1000, max_concurrent=3)
 TEN_A_MINUTE = LimitRule(scope="key:k1", requests_per_minute=10)

@@ -25,7 +25,7 @@ from gateway.stores import (
     StoreUnavailable,
 )
 from tests.gateway.stores.conftest import MONTH, T0, admission, settlement
-from tests.support.redis_server import RedisServer
+from tools.servers.redis_server import RedisServer
 
 TIMEOUT_S = 0.5
 """Generous: only a frozen Redis may time out here."""

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.proxy import Observer
+from gateway.lifecycle import Observer
 from gateway.telemetry.access_log import LOGGER_NAME, AccessLog, BufferedSink, default_sink
 from gateway.telemetry.tracing import GatewayTracer
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 KEY = "sk-test-access-log-key-0123456789"
 PROMPT = "my very private prompt"
@@ -30,7 +30,10 @@ def upstream() -> Iterator[FakeUpstream]:
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory, upstream: FakeUpstream) -> Iterator[GatewayServer]:
-    path = write_policy(tmp_path_factory.mktemp("access") / "policy.yaml", fake_policy(upstream.base_url))
+    document = fake_policy(upstream.base_url)
+    # an event every 50 ms for 10 s: long enough for a client to leave in the middle
+    document["pools"]["slowstream"] = {"replicas": [{"base_url": upstream.base_url, "model": "slow-stream"}]}
+    path = write_policy(tmp_path_factory.mktemp("access") / "policy.yaml", document)
     server = GatewayServer(path).start()
     yield server
     server.stop()
@@ -73,6 +76,21 @@ def test_streams_log_when_they_end(gateway: GatewayServer) -> None:
     entry = json.loads(line)
     assert entry["stream"] is True and entry["ttft_ms"] > 0 and entry["output_tokens"] > 0
     assert PROMPT.encode() not in line
+
+
+def test_a_stream_its_client_cut_is_logged_as_499(gateway: GatewayServer) -> None:
+    lines = capture(gateway)
+    body = {"model": "slowstream", "messages": [{"role": "user", "content": PROMPT}], "stream": True}
+    with (
+        httpx.Client(timeout=10) as http,
+        http.stream("POST", gateway.url + "/v1/chat/completions", json=body) as response,
+    ):
+        assert response.status_code == 200
+        next(response.iter_lines())  # one event, then the client leaves
+    gateway.settle()
+    [line] = lines
+    entry = json.loads(line)
+    assert entry["status"] == 499 and entry["error"] == "client_closed_request" and entry["stream"] is True
 
 
 def test_failures_are_logged_with_their_code(gateway: GatewayServer) -> None:

@@ -2,32 +2,24 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from gateway.lifecycle import Observer
 from gateway.policy.telemetry import TelemetryConfig, telemetry_of
-from gateway.proxy import Observer
-from gateway.telemetry import semconv as sc
+from gateway.telemetry import semconv as gw
 from gateway.telemetry.access_log import AccessLog
-from gateway.telemetry.tracing import (
-    GatewayTracer,
-    JsonLinesSpanExporter,
-    exporter_from_env,
-    parse_traceparent,
-)
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from gateway.telemetry.tracing import GatewayTracer
+from sortyard.telemetry import semconv as sc
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 PARENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 SAMPLED_PARENT = f"00-{PARENT_TRACE}-b7ad6b7169203331-01"
@@ -101,10 +93,10 @@ def test_a_sampled_request_makes_the_span_tree(gateway: GatewayServer, upstream:
     trace_ids = {s.context.trace_id for s in traced.spans()}
     assert len(trace_ids) == 1
     stages = [s for s in traced.spans() if s.name.startswith("sortyard.")]
-    assert {"sortyard.auth", "sortyard.limits"} <= {s.name for s in stages}
+    assert {"sortyard.route", "sortyard.limits"} <= {s.name for s in stages}
     assert all(s.parent is not None and s.parent.span_id == server.context.span_id for s in stages)
     upstream_stage = next(s for s in stages if client.parent and s.context.span_id == client.parent.span_id)
-    assert upstream_stage.name == sc.stage_span_name("upstream")
+    assert upstream_stage.name == gw.stage_span_name("upstream")
 
     attrs = dict(server.attributes or {})
     assert attrs[sc.GEN_AI_OPERATION_NAME] == "chat"
@@ -114,17 +106,17 @@ def test_a_sampled_request_makes_the_span_tree(gateway: GatewayServer, upstream:
     assert attrs["gen_ai.request.max_tokens"] == 5
     assert attrs["gen_ai.request.stop_sequences"] == ("x",)
     assert attrs[sc.HTTP_RESPONSE_STATUS_CODE] == 200
-    assert attrs[sc.POOL] == "small"
+    assert attrs[gw.POOL] == "small"
     assert attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] == 11
     client_attrs: dict[str, Any] = dict(client.attributes or {})
-    assert client_attrs[sc.GEN_AI_PROVIDER_NAME] == "openai"
+    assert client_attrs[gw.GEN_AI_PROVIDER_NAME] == "openai"
     assert client_attrs[sc.GEN_AI_REQUEST_MODEL] == "echo"
     assert client_attrs[sc.GEN_AI_RESPONSE_MODEL] == "echo"
     assert client_attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] > 0
     assert client_attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
-    assert client_attrs[sc.SERVER_ADDRESS] == "127.0.0.1"
+    assert client_attrs[gw.SERVER_ADDRESS] == "127.0.0.1"
     # prompts stay out of spans unless the policy opts in
-    assert not any(sc.GEN_AI_INPUT_MESSAGES in (s.attributes or {}) for s in traced.spans())
+    assert not any(gw.GEN_AI_INPUT_MESSAGES in (s.attributes or {}) for s in traced.spans())
     # the upstream continues the CLIENT span
     sent = upstream.headers[-1]["traceparent"]
     assert sent[:-3] == f"00-{client.context.trace_id:032x}-{client.context.span_id:016x}"
@@ -176,7 +168,7 @@ def test_stream_client_span_ends_with_the_stream(gateway: GatewayServer) -> None
     assert client.end_time <= server.end_time
     attrs: dict[str, Any] = dict(client.attributes or {})
     assert attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] > 0
-    assert "secret prompt" in str(attrs[sc.GEN_AI_INPUT_MESSAGES])  # opted in
+    assert "secret prompt" in str(attrs[gw.GEN_AI_INPUT_MESSAGES])  # opted in
     assert dict(server.attributes or {})[sc.IS_STREAM] is True
 
 
@@ -199,40 +191,10 @@ def test_failures_mark_the_spans(gateway: GatewayServer) -> None:
 
 
 # --- configuration -------------------------------------------------------------------------------
-def test_exporter_from_env(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    assert exporter_from_env({}) == (None, False)
-    assert exporter_from_env({"OTEL_TRACES_EXPORTER": "none"}) == (None, False)
-    assert isinstance(exporter_from_env({"OTEL_TRACES_EXPORTER": "console"})[0], ConsoleSpanExporter)
-    otlp, _ = exporter_from_env(
-        {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
-    )
-    assert isinstance(otlp, OTLPSpanExporter)
-    assert exporter_from_env({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"}) == (None, False)
-    with caplog.at_level(logging.ERROR, "sortyard.tracing"):
-        grpc, _ = exporter_from_env({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
-    try:
-        import opentelemetry.exporter.otlp.proto.grpc  # noqa: F401
-    except ImportError:
-        assert grpc is None and "opentelemetry-exporter-otlp-proto-grpc" in caplog.text
-    test_file, each = exporter_from_env({"SORTYARD_TEST_SPAN_FILE": str(tmp_path / "s.jsonl")})
-    assert isinstance(test_file, JsonLinesSpanExporter) and each
+def test_off_without_an_exporter() -> None:
+    """Which exporter the environment asks for: tests/sortyard/telemetry/test_exporter.py."""
     assert GatewayTracer.from_env({}).enabled is False
-
-
-def test_parse_traceparent() -> None:
-    parsed = parse_traceparent(SAMPLED_PARENT)
-    assert parsed is not None and parsed.trace_flags.sampled and parsed.is_remote
-    assert parse_traceparent(UNSAMPLED_PARENT) is not None
-    for bad in (
-        "",
-        "garbage",
-        f"00-{'0' * 32}-b7ad6b7169203331-01",
-        f"00-{PARENT_TRACE}-{'0' * 16}-01",
-        f"ff-{PARENT_TRACE}-b7ad6b7169203331-01",
-        f"00-{PARENT_TRACE}-b7ad6b7169203331-01-extra",
-        f"00-{PARENT_TRACE[:-1]}z-b7ad6b7169203331-01",
-    ):
-        assert parse_traceparent(bad) is None, bad
+    assert GatewayTracer.from_env({"OTEL_TRACES_EXPORTER": "none"}).start_server({}, "x", 1.0, {}) is None
 
 
 def test_telemetry_config_from_policy_and_env() -> None:

@@ -10,12 +10,12 @@ import httpx
 import openai
 import pytest
 
-from gateway.api_keys import hash_key, new_key
 from gateway.cli import main as cli_main
 from gateway.cli.local import ensure_dev_key
+from gateway.keys.hashing import hash_key, new_key
 from gateway.policy import PolicyError, load_policy
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 USER_KEY = new_key()
 SMALL_ONLY_KEY = new_key()

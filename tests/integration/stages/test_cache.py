@@ -13,9 +13,9 @@ import openai
 import pytest
 import redis
 
-from gateway.api_keys import hash_key, new_key
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from gateway.keys.hashing import hash_key, new_key
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 KEY_A, KEY_B = new_key(), new_key()
 ASK = {"model": "small", "temperature": 0, "messages": [{"role": "user", "content": "hi there"}]}

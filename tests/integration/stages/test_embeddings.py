@@ -8,8 +8,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.support.fake_upstream import FakeUpstream, fake_vector
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.fake_upstream import FakeUpstream, fake_vector
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 
 @pytest.fixture

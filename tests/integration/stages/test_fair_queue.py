@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.api_keys import hash_key, new_key
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from gateway.keys.hashing import hash_key, new_key
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 ALPHA = new_key()
 BETA = new_key()

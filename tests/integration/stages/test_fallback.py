@@ -13,9 +13,9 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.api_keys import hash_key, new_key
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from gateway.keys.hashing import hash_key, new_key
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 KEY = new_key()
 ADMIN = new_key()

@@ -12,11 +12,11 @@ import httpx
 import openai
 import pytest
 
-from gateway.api_keys import hash_key, new_key
+from gateway.keys.hashing import hash_key, new_key
 from gateway.stages.limits import month_of
 from gateway.stores import Admission, Decision, MemoryStore, RedisStore, Store
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 KEY = new_key()
 ADMIN = new_key()

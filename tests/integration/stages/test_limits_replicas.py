@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.api_keys import hash_key, new_key
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_process import GatewayProcess
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
-from tests.support.redis_server import RedisServer
+from gateway.keys.hashing import hash_key, new_key
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_process import GatewayProcess
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow
 

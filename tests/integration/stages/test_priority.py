@@ -10,9 +10,9 @@ import httpx
 import openai
 import pytest
 
-from gateway.api_keys import hash_key, new_key
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from gateway.keys.hashing import hash_key, new_key
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 TENANTS = new_key()  # tenant acme (priority 7), no priority of its own
 URGENT = new_key()  # tenant acme, priority 1

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from gateway.policy import PolicyError, load_policy
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 RULES = {"kind": "rules", "rules": [{"pool": "large", "keywords": ["prove"]}], "fallback_pool": "small"}
 

@@ -12,8 +12,8 @@ import httpx
 import openai
 import pytest
 
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 MESSAGES: Any = [{"role": "user", "content": "hi"}]
 CLIENT_TIMEOUT_S = 10.0

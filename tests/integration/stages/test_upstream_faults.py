@@ -25,8 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.errors import UpstreamConnectError, UpstreamTimeout
 from gateway.replicas.client import map_client_errors
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway_server import GatewayServer, fake_policy, write_policy
+from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
 MESSAGES: Any = [{"role": "user", "content": "hi"}]
 CLIENT_TIMEOUT_S = 20.0

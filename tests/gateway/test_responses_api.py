@@ -1,4 +1,4 @@
-"""gateway/responses.py: the Responses API's prompt, usage and stream, alone and through the upstream
+"""gateway/responses_api.py: the Responses API's prompt, usage and stream, alone and through the upstream
 stage over an in-memory upstream."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from gateway.errors import UpstreamProtocolError
 from gateway.pipeline import Endpoint, StreamResult, Usage
 from gateway.replicas.memory_client import MemoryUpstreamClient, Reply
-from gateway.responses import ResponsesRelay, as_messages, read_response_usage
+from gateway.responses_api import ResponsesRelay, as_messages, read_response_usage
 from gateway.sse import model_rewriter
 from gateway.stages.upstream import CallUpstream
 from tests.support.calls import balancer_for, build_call, policy_doc, read_result, replica_of, served_model

@@ -1,5 +1,6 @@
-"""What gateway replicas share: the limits store, the caches and the keys made at run time, in Redis
-when the policy's Redis URL is set, else in this process (the single-replica embedded default)."""
+"""Factories of what gateway replicas share: the limits store, the caches and the keys made at run time,
+built from the policy in Redis when its Redis URL is set, else in this process (the single-replica
+embedded default)."""
 
 from __future__ import annotations
 

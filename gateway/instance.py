@@ -1,4 +1,4 @@
-"""The gateway's runtime: the long-lived parts every request uses, built once per process.
+"""The running gateway (``Gateway``, one a process): the long-lived parts every request uses.
 
 ``Gateway`` holds the policy source (``reloader``: the compiled policy a request starts under), the
 store of limits and usage, the per-client limits on unauthenticated work, the caches, the replica
@@ -26,7 +26,7 @@ from gateway.replicas.balancer import Balancer
 from gateway.replicas.client import UpstreamClient
 from gateway.replicas.health import HealthChecker
 from gateway.settings import Settings
-from gateway.shared_state import Caches
+from gateway.state_factories import Caches
 from gateway.stores import Store
 from gateway.telemetry.metrics import Metrics
 

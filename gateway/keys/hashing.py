@@ -1,4 +1,5 @@
-"""API keys: made here once, stored in policies only as SHA-256 hashes, looked up per request.
+"""API keys' secrets: made here once, stored (in policies and key stores) only as SHA-256 hashes, and
+looked up by that hash per request (``KeyIndex``: the policy's keys; ``KeyDirectory``: the others).
 
 A key's text never reaches logs, metric labels or traces: everything downstream of the auth stage
 sees the key's id (its name, or the first 12 hex digits of its hash) and its tenant.

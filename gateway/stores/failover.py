@@ -14,6 +14,12 @@ it answers the circuit closes, so recovery needs no restart. A request admitted 
 settled there too (its reservation and leases live there); the ledger it records there is added to
 the primary's in ``usage``.
 
+The fallback's leases are unknown to the primary: once it answers again, it would grant a key its
+whole ``max_concurrent`` beside the requests the fallback let in, which still run. So until those end,
+each of them counts against the primary's grant: an admission goes to the primary with every
+concurrency limit lowered by the leases this process's fallback still holds under the same scope
+(``_FallbackLeases``), and the bound holds across the transition.
+
 A request the primary admitted is settled in the primary, in both modes: a settle it cannot take now
 (it failed, or the circuit is open) is kept and handed to it again before anything else once it
 answers (a probe, ``flush``, or every ``retry_interval_s`` by itself while any are kept), so its
@@ -31,12 +37,56 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
+import msgspec
+
 from gateway.stores.base import Admission, Decision, Settlement, Store, StoreUnavailable, UsageReport
 
 FailMode = Literal["fail_open", "fail_closed"]
 T = TypeVar("T")
 
 _MAX_TRACKED_IDS = 100_000  # fallback-admitted request ids awaiting their settle; settles kept
+
+
+class _FallbackLeases:
+    """The requests the fallback admitted that have not ended, and the concurrency leases they hold
+    there, per (tenant, scope)."""
+
+    def __init__(self) -> None:
+        self._by_id: OrderedDict[str, tuple[tuple[str, str], ...]] = OrderedDict()
+        self.held: dict[tuple[str, str], int] = {}
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._by_id
+
+    def add(self, admission: Admission) -> None:
+        tenant = admission.tenant
+        scopes = tuple((tenant, r.scope) for r in admission.rules if r.max_concurrent is not None)
+        self._by_id[admission.request_id] = scopes
+        for scope in scopes:
+            self.held[scope] = self.held.get(scope, 0) + 1
+        while len(self._by_id) > _MAX_TRACKED_IDS:
+            self.remove(next(iter(self._by_id)))
+
+    def remove(self, request_id: str) -> None:
+        for scope in self._by_id.pop(request_id, ()):
+            left = self.held[scope] - 1
+            if left:
+                self.held[scope] = left
+            else:
+                del self.held[scope]
+
+    def counted_against(self, admission: Admission) -> Admission:
+        """``admission`` with each concurrency limit lowered by the leases the fallback holds under it."""
+        held, tenant = self.held, admission.tenant
+        if not any((tenant, r.scope) in held for r in admission.rules if r.max_concurrent is not None):
+            return admission
+        rules = tuple(
+            msgspec.structs.replace(r, max_concurrent=max(0, r.max_concurrent - held[(tenant, r.scope)]))
+            if r.max_concurrent is not None and (tenant, r.scope) in held
+            else r
+            for r in admission.rules
+        )
+        return msgspec.structs.replace(admission, rules=rules)
 
 
 class FailoverStore:
@@ -72,7 +122,7 @@ class FailoverStore:
         self._clock = clock
         self._open_until: float | None = None  # None: circuit closed
         self._probing = False
-        self._fallback_ids: OrderedDict[str, None] = OrderedDict()
+        self._fallback_leases = _FallbackLeases()
         self._unsettled: OrderedDict[str, Settlement] = OrderedDict()
         """Settles of requests the primary admitted, kept until it answers again."""
         self._recovery: asyncio.Task[None] | None = None
@@ -86,26 +136,25 @@ class FailoverStore:
 
     async def admit(self, admission: Admission) -> Decision:
         try:
-            if self._open_until is None and not self._unsettled:  # the common case, without a closure
-                try:
+            if self._open_until is None and not self._unsettled and not self._fallback_leases.held:
+                try:  # the common case, without a closure
                     return await self.primary.admit(admission)
                 except StoreUnavailable as exc:
                     self._trip(exc)
                     raise
-            return await self._on_primary(lambda: self.primary.admit(admission))
+            counted = self._fallback_leases.counted_against(admission)
+            return await self._on_primary(lambda: self.primary.admit(counted))
         except StoreUnavailable:
             if self.mode == "fail_closed":
                 raise
         decision = await self._use_fallback("admit", lambda: self.fallback.admit(admission))
         if decision.allowed and admission.request_id:  # no id: a bare hit, nothing to settle
-            self._fallback_ids[admission.request_id] = None
-            while len(self._fallback_ids) > _MAX_TRACKED_IDS:
-                self._fallback_ids.popitem(last=False)
+            self._fallback_leases.add(admission)
         return decision
 
     async def settle(self, settlement: Settlement) -> None:
-        if settlement.request_id in self._fallback_ids:  # admitted by the fallback: settle it there
-            del self._fallback_ids[settlement.request_id]
+        if settlement.request_id in self._fallback_leases:  # admitted by the fallback: settle it there
+            self._fallback_leases.remove(settlement.request_id)
             await self._use_fallback("settle", lambda: self.fallback.settle(settlement))
             return
         if self._open_until is None:

@@ -22,7 +22,7 @@ from gateway.stores import (
     UsageReport,
 )
 from tests.gateway.stores.conftest import MONTH, T0, admission, settlement
-from tests.support.redis_server import RedisServer
+from tools.servers.redis_server import RedisServer
 
 RULE = LimitRule(scope="key:k1", requests_per_minute=1000, tokens_per_minute=100_000, max_concurrent=10)
 
@@ -246,4 +246,62 @@ async def test_fail_open_across_a_real_redis_outage(own_redis: RedisServer, outa
     finally:
         if outage == "hung" and own_redis.proc is not None:
             own_redis.proc.send_signal(signal.SIGCONT)
+        await store.close()
+
+
+async def test_fallback_leases_count_against_the_primary_until_their_requests_end() -> None:
+    store, primary, _fallback, clock, _used = make("fail_open")
+    rule = LimitRule(scope="key:k1", max_concurrent=4)
+    primary.is_down = True
+    during = [admission(rule, now_s=T0) for _ in range(5)]
+    decisions = [await store.admit(adm) for adm in during]
+    assert [d.allowed for d in decisions] == [True] * 4 + [False]  # the fallback holds the bound alone
+    primary.is_down = False
+    clock.now_s += 2.0  # the primary answers again; the fallback's 4 requests still run
+    after = await store.admit(admission(rule, now_s=T0 + 2))
+    assert not after.allowed and after.reason == "concurrency"  # not 4 more beside them
+    assert not store.is_degraded
+    for adm in during[:2]:
+        await store.settle(settlement(adm))
+    granted = [(await store.admit(admission(rule, now_s=T0 + 3))).allowed for _ in range(3)]
+    assert granted == [True, True, False]  # as many as ended
+    for adm in during[2:4]:
+        await store.settle(settlement(adm))
+    assert (await store.admit(admission(rule, now_s=T0 + 4))).allowed
+    await store.close()
+
+
+async def test_the_concurrency_bound_holds_across_a_real_redis_freeze(own_redis: RedisServer) -> None:
+    """A max_concurrent of 4 during a SIGSTOP of Redis and right after it: never more than 4 in flight."""
+    assert own_redis.proc is not None
+    store = FailoverStore(
+        RedisStore(own_redis.url, timeout_s=0.1), MemoryStore(), mode="fail_open", retry_interval_s=0.2
+    )
+    rule = LimitRule(scope="key:k1", max_concurrent=4)
+    running: list[Admission] = []
+
+    async def fill(now_s: float) -> None:
+        while (adm := admission(rule, now_s=now_s)) and (await store.admit(adm)).allowed:
+            running.append(adm)
+            assert len(running) <= 4
+
+    try:
+        own_redis.proc.send_signal(signal.SIGSTOP)
+        await fill(T0)  # the fallback grants 4
+        assert store.is_degraded and len(running) == 4
+        own_redis.proc.send_signal(signal.SIGCONT)
+        deadline = time.perf_counter() + 10.0
+        now = T0
+        while store.is_degraded and time.perf_counter() < deadline:  # until a probe finds Redis back
+            now += 0.05
+            await fill(now)
+            await asyncio.sleep(0.05)
+        assert not store.is_degraded and len(running) == 4  # Redis granted nothing beside them
+        for adm in running[:3]:
+            await store.settle(settlement(adm))
+        del running[:3]
+        await fill(now + 1)  # Redis grants exactly the 3 that ended
+        assert len(running) == 4
+    finally:
+        own_redis.proc.send_signal(signal.SIGCONT)
         await store.close()

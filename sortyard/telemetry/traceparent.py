@@ -6,6 +6,8 @@ from opentelemetry.trace import SpanContext, TraceFlags
 
 __all__ = ["parse_traceparent", "traceparent_of"]
 
+_HEX = frozenset("0123456789abcdefABCDEF")
+
 
 def parse_traceparent(value: str) -> SpanContext | None:
     """A W3C ``traceparent`` (version 00 layout) as a remote span context; None when malformed."""
@@ -18,12 +20,10 @@ def parse_traceparent(value: str) -> SpanContext | None:
         or len(span_hex) != 16
         or len(flags_hex) != 2
         or (version == "00" and len(parts) > 4)
+        or not _HEX.issuperset(version + trace_hex + span_hex + flags_hex)  # int() takes "+", "_", " "
     ):
         return None
-    try:
-        trace_id, span_id, flags = int(trace_hex, 16), int(span_hex, 16), int(flags_hex, 16)
-    except ValueError:
-        return None
+    trace_id, span_id, flags = int(trace_hex, 16), int(span_hex, 16), int(flags_hex, 16)
     if trace_id == 0 or span_id == 0:
         return None
     return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))

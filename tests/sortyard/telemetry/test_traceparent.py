@@ -74,6 +74,10 @@ def test_a_later_version_may_carry_more_fields() -> None:
         f"00-{TRACE[:-1]}z-{SPAN}-01",  # not hex
         f"00-{TRACE}-zzzzzzzzzzzzzzzz-01",
         f"00-{TRACE}-{SPAN}-zz",
+        f"00-+{TRACE[1:]}-{SPAN}-01",  # int(x, 16) would take a sign,
+        f"00-{TRACE[:4]}_{TRACE[5:]}-{SPAN}-01",  # an underscore
+        f"00-{TRACE}- {SPAN[1:]}-01",  # or a space
+        f"0x-{TRACE}-{SPAN}-01",  # the version is hex too
     ],
 )
 def test_malformed_headers_are_refused(header: str) -> None:

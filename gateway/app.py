@@ -26,7 +26,8 @@ from gateway.pipeline import Pipeline
 from gateway.proxy import ProxyApp
 from gateway.reloader import PolicyReloader
 from gateway.replicas.balancer import Balancer
-from gateway.replicas.client import AiohttpUpstreamClient, UpstreamClient
+from gateway.replicas.client import UpstreamClient
+from gateway.replicas.http1 import Http1UpstreamClient
 from gateway.replicas.slot_queue import SlotQueues
 from gateway.routes import api_routes, http_exception, open_route_limit, unexpected
 from gateway.settings import Settings
@@ -97,7 +98,7 @@ def create_app(
     reloader = reloader or PolicyReloader(
         settings.policy_path, overlay=settings.overlay_path, poll_interval_s=settings.reload_interval_s
     )
-    client = client or AiohttpUpstreamClient(max_connections=settings.max_upstream_connections)
+    client = client or Http1UpstreamClient(max_connections=settings.max_upstream_connections)
     metrics = metrics or Metrics()
     store = store or build_store(reloader.policy, on_fallback=metrics.count_store_fallback)
     caches = build_caches(reloader.policy, metrics)

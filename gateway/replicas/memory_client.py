@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.replicas.client import map_client_errors
+from gateway.replicas.aiohttp_client import map_client_errors
 from gateway.replicas.pools import Timeouts
 
 __all__ = ["Handler", "MemoryRequest", "MemoryUpstreamClient", "MemoryUpstreamResponse", "Reply"]

@@ -11,8 +11,9 @@ from aiohttp import web
 
 from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 from gateway.policy import Policy, parse_policy
+from gateway.replicas.aiohttp_client import AiohttpUpstreamClient
 from gateway.replicas.balancer import Balancer, ReplicaState
-from gateway.replicas.client import AiohttpUpstreamClient, UpstreamResponse
+from gateway.replicas.client import UpstreamResponse
 from gateway.replicas.config import BalancerConfig, BreakerConfig, HealthConfig, RoutingConfig
 from gateway.replicas.health import HealthChecker, ReplicaLoad, parse_vllm_metrics
 from gateway.replicas.pools import Timeouts

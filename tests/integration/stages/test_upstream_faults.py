@@ -24,7 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.errors import UpstreamConnectError, UpstreamTimeout
-from gateway.replicas.client import map_client_errors
+from gateway.replicas.aiohttp_client import map_client_errors
 from tools.servers.fake_upstream import FakeUpstream
 from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 

@@ -8,9 +8,10 @@ and the connection is closed. The body has its own deadline in ``gateway.proxy.r
 httptools cannot parse (a bad chunk size, both Content-Length and Transfer-Encoding, control bytes in
 a header) gets the same shape: a 400 ``invalid_http_request`` instead of uvicorn's plain-text page.
 
-It also tells a request when its client has gone: ``scope["sortyard.disconnect"]`` holds a
-``DisconnectHook`` the connection fires when it is lost before the response is complete, so the app
-watches for a disconnect without a task per request reading ``receive()``.
+Each request gets a ``RequestHook`` (``scope["sortyard.request"]``): the connection fires it when it
+is lost before the response is complete, so the app watches for a disconnect without a task per
+request reading ``receive()``; and the app can hold a response's writes so that its head and first
+body part leave in one system call.
 
 uvicorn takes a protocol class or an import string (``gateway.http_protocol:GuardedHttpToolsProtocol``,
 what worker processes use: they read the timeout from the environment like the rest of the settings).
@@ -40,24 +41,60 @@ def error_response(error: GatewayError) -> bytes:
     return head.encode() + body
 
 
-DISCONNECT_HOOK = "sortyard.disconnect"
-"""The scope key of a request's ``DisconnectHook`` (only under ``GuardedHttpToolsProtocol``)."""
+REQUEST_HOOK = "sortyard.request"
+"""The scope key of a request's ``RequestHook`` (only under ``GuardedHttpToolsProtocol``)."""
 
 
-class DisconnectHook:
-    """Fired by the connection when it is lost before the request's response is complete."""
+class RequestHook:
+    """One request's line to its connection: told when the client goes, and able to hold the response's
+    writes so its head and first body part leave in one ``write``.
 
-    __slots__ = ("callback", "is_fired")
+    It is the request's transport as uvicorn's cycle sees it (``write``, ``close``, ``is_closing``), so
+    holding needs nothing of uvicorn but that attribute. A response sent as a start message then a body
+    message is otherwise two writes, two system calls: on a proxied request of a few hundred
+    microseconds, one is a few percent of its CPU.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_held", "callback", "is_fired", "transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
         self.callback: Callable[[], None] | None = None
         """What to call when the client goes (the app sets it while it cares)."""
         self.is_fired = False
+        self._held: list[bytes] | None = None
 
     def fire(self) -> None:
+        """The connection was lost before the response was complete."""
         self.is_fired = True
         if self.callback is not None:
             self.callback()
+
+    def hold(self) -> None:
+        """Keep what the response writes from now on until ``release``."""
+        if self._held is None:
+            self._held = []
+
+    def release(self) -> None:
+        """Write what was held, in one call, and write through from now on."""
+        held, self._held = self._held, None
+        if held:
+            self.transport.write(held[0] if len(held) == 1 else b"".join(held))
+
+    # the transport, as uvicorn's RequestResponseCycle uses it
+
+    def write(self, data: bytes) -> None:
+        if self._held is not None:
+            self._held.append(data)
+        else:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        self.release()
+        self.transport.close()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -88,16 +125,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm()
         super().on_headers_complete()
-        if self.cycle is not None:  # its task has not run yet: the hook is there when the app looks
-            self.cycle.scope[DISCONNECT_HOOK] = DisconnectHook()  # type: ignore[literal-required]
+        cycle = self.cycle
+        if cycle is not None:  # its task has not run yet: the hook is there when the app looks
+            hook = RequestHook(self.transport)
+            cycle.scope[REQUEST_HOOK] = hook  # type: ignore[literal-required]
+            cycle.transport = hook  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         cycle = self.cycle
         super().connection_lost(exc)
         if cycle is not None and not cycle.response_complete:
-            hook = cycle.scope.get(DISCONNECT_HOOK)
-            if isinstance(hook, DisconnectHook):
+            hook = cycle.scope.get(REQUEST_HOOK)
+            if isinstance(hook, RequestHook):
                 hook.fire()
 
     def _arm(self) -> None:

@@ -33,7 +33,7 @@ from gateway.errors import (
     RequestTimeout,
     render,
 )
-from gateway.http_protocol import DISCONNECT_HOOK, DisconnectHook
+from gateway.http_protocol import REQUEST_HOOK, RequestHook
 from gateway.instance import Gateway
 from gateway.lifecycle import Observer, live, new_call
 from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult
@@ -160,14 +160,24 @@ async def _send_bytes(
     headers: list[tuple[bytes, bytes]],
     compressor: Compressor | None = None,
     accept_encoding: str | None = None,
+    hook: RequestHook | None = None,
 ) -> None:
-    """A complete response (result or error), compressed when the policy and Accept-Encoding say so."""
+    """A complete response (result or error), compressed when the policy and Accept-Encoding say so;
+    its head and body in one write when the connection has a ``hook``."""
     if compressor is not None:
         body = await compressor.encode(body, accept_encoding, headers)
     headers.append((b"content-type", content_type))
     headers.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    if hook is None:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+        return
+    hook.hold()
+    try:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+    finally:
+        hook.release()
 
 
 class ClientWatch:
@@ -176,7 +186,7 @@ class ClientWatch:
     (the engine stops generating for nobody). Stopped before the last byte is sent, because the server
     reports a finished response as a disconnect too.
 
-    Under ``GuardedHttpToolsProtocol`` the connection says so itself (its ``DisconnectHook``); under
+    Under ``GuardedHttpToolsProtocol`` the connection says so itself (its ``RequestHook``); under
     another server a task waits for ``http.disconnect`` on ``receive``."""
 
     def __init__(self, receive: Receive, scope: Scope) -> None:
@@ -186,7 +196,7 @@ class ClientWatch:
         self.is_client_gone = False
         self._is_stopped = False
         self._watcher: asyncio.Task[None] | None = None
-        self._hook: DisconnectHook | None = scope.get(DISCONNECT_HOOK)
+        self._hook: RequestHook | None = scope.get(REQUEST_HOOK)
         if self._hook is None:
             self._watcher = asyncio.get_running_loop().create_task(self._watch(receive))
         elif self._hook.is_fired:  # gone while the body was read
@@ -239,6 +249,7 @@ class HttpExchange:
         self.id_headers = self.headers
         self._receive, self._send = receive, send
         self._watch: ClientWatch | None = None
+        self._hook: RequestHook | None = scope.get(REQUEST_HOOK)
         self._request_id = ""
 
     async def open(self, compiled: CompiledPolicy, request_id: str, span: RequestSpan | None) -> Call:
@@ -280,12 +291,12 @@ class HttpExchange:
                 _header_list(call.request_id, call, {}),
                 call.compiled.compression,
                 self.headers.get("accept-encoding"),
+                self._hook,
             )
             return result.status
         assert self._watch is not None
-        return await _send_stream(
-            call, result, _header_list(call.request_id, call, {}), self._watch, self._send
-        )
+        headers = _header_list(call.request_id, call, {})
+        return await _send_stream(call, result, headers, self._watch, self._send, self._hook)
 
     async def refuse(self, call: Call | None, error: GatewayError) -> None:
         if isinstance(error, ClientDisconnected):
@@ -297,9 +308,8 @@ class HttpExchange:
         compiled = call.compiled if call is not None else self.gateway.compiled
         request_id = call.request_id if call is not None else self._request_id
         sent = _header_list(request_id, call, extra)
-        await _send_bytes(
-            self._send, status, _JSON, body, sent, compiled.compression, self.headers.get("accept-encoding")
-        )
+        encoding = self.headers.get("accept-encoding")
+        await _send_bytes(self._send, status, _JSON, body, sent, compiled.compression, encoding, self._hook)
 
     def is_client_gone(self) -> bool:
         return self._watch is not None and self._watch.absorb()
@@ -314,16 +324,26 @@ def _has_body(headers: Mapping[str, str]) -> bool:
 
 
 async def _send_stream(
-    call: Call, result: StreamResult, headers: list[tuple[bytes, bytes]], watch: ClientWatch, send: Send
+    call: Call,
+    result: StreamResult,
+    headers: list[tuple[bytes, bytes]],
+    watch: ClientWatch,
+    send: Send,
+    hook: RequestHook | None = None,
 ) -> int:
-    """Relay a stream; a client disconnect cancels the relay at once (``watch``): then 499, recorded
-    on the call (the client saw the 200 and a cut stream)."""
+    """Relay a stream (its head and first events in one write when the connection has a ``hook``); a
+    client disconnect cancels the relay at once (``watch``): then 499, recorded on the call (the client
+    saw the 200 and a cut stream)."""
     events = result.events
     status = result.status
+    if hook is not None:
+        hook.hold()
     try:
         await send({"type": "http.response.start", "status": status, "headers": headers + _SSE_HEADERS})
         async for chunk in events:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if hook is not None:
+                hook.release()  # the head and the first events: once; later, a no-op
         watch.stop()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     except asyncio.CancelledError:
@@ -332,6 +352,8 @@ async def _send_stream(
         call.error = ClientDisconnected("The client closed the connection during the stream.")
         status = call.error.status
     finally:
+        if hook is not None:
+            hook.release()
         watch.stop()
         aclose = getattr(events, "aclose", None)
         if aclose is not None:

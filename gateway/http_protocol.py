@@ -55,13 +55,15 @@ class RequestHook:
     microseconds, one is a few percent of its CPU.
     """
 
-    __slots__ = ("_held", "callback", "is_fired", "transport")
+    __slots__ = ("_held", "callback", "is_body_complete", "is_fired", "transport")
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self.transport = transport
         self.callback: Callable[[], None] | None = None
         """What to call when the client goes (the app sets it while it cares)."""
         self.is_fired = False
+        self.is_body_complete = False
+        """The whole request body has arrived (the app need not wait for it)."""
         self._held: list[bytes] | None = None
 
     def fire(self) -> None:
@@ -130,6 +132,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             hook = RequestHook(self.transport)
             cycle.scope[REQUEST_HOOK] = hook  # type: ignore[literal-required]
             cycle.transport = hook  # type: ignore[assignment]
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        hook = self.cycle.transport if self.cycle is not None else None
+        if isinstance(hook, RequestHook):
+            hook.is_body_complete = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

@@ -103,10 +103,18 @@ class ProxyApp:
 
 
 async def read_body(
-    receive: Receive, headers: Mapping[str, str], limit: int, timeout_s: float = 30.0
+    receive: Receive,
+    headers: Mapping[str, str],
+    limit: int,
+    timeout_s: float = 30.0,
+    *,
+    is_complete: bool = False,
 ) -> bytes:
     """The whole request body; BodyTooLarge as soon as it passes ``limit`` (declared or not),
-    RequestTimeout (the connection then closes) when it has not all arrived within ``timeout_s``."""
+    RequestTimeout (the connection then closes) when it has not all arrived within ``timeout_s``.
+    ``is_complete``: the server has the whole body already (nothing to wait for, so no timer)."""
+    if is_complete:
+        return await _read_body(receive, headers, limit)
     try:
         async with asyncio.timeout(timeout_s):
             return await _read_body(receive, headers, limit)
@@ -265,7 +273,10 @@ class HttpExchange:
         settings = gateway.settings
         # the policy's limit: a declared length over it gets 413 before the body, a growing one is cut
         limit = min(settings.hard_max_body_bytes, compiled.policy.limits.max_body_bytes)
-        raw = await read_body(self._receive, headers, limit, settings.body_read_timeout_s)
+        is_complete = self._hook is not None and self._hook.is_body_complete
+        raw = await read_body(
+            self._receive, headers, limit, settings.body_read_timeout_s, is_complete=is_complete
+        )
         self._watch = ClientWatch(self._receive, scope)
         return new_call(
             self.endpoint,

@@ -35,7 +35,8 @@ from typing import NamedTuple
 from urllib.parse import quote, urlsplit
 
 from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
-from gateway.replicas.http1_connection import DRAIN_S, Http1Connection, Http1Response, Origin
+from gateway.replicas.http1_connection import DRAIN_S, Http1Connection, Origin
+from gateway.replicas.http1_response import Http1Response
 from gateway.replicas.pools import Timeouts
 
 __all__ = ["Http1Response", "Http1UpstreamClient"]

@@ -3,8 +3,9 @@
 The connection is an ``asyncio.Protocol`` that feeds what arrives to ``httptools.HttpResponseParser``
 (llhttp, the parser uvicorn uses) and keeps one exchange's state: the status and headers, the body
 bytes nobody has read yet, whether the message is complete and the server lets the connection be
-reused. Its reader (``Http1Response``) takes the buffered bytes and, when there are none, awaits one
-future that the next callback resolves: no streams, no tasks, no per-read timeout contexts.
+reused. Its reader (``http1_response.Http1Response``) takes the buffered bytes and, when there are
+none, awaits one future that the next callback resolves: no streams, no tasks, no per-read timeout
+contexts.
 
 Every deadline of the connection runs on one lazy ``loop.call_at`` timer: the exchange's total
 deadline, the current wait's (the response headers, the next chunk) and, while the connection sits
@@ -24,7 +25,6 @@ the message completes, or closes if that takes over ``DRAIN_S``. A stream then c
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from math import inf
 from typing import Protocol, cast
 
@@ -32,7 +32,7 @@ import httptools
 
 from gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 
-__all__ = ["HIGH_WATER", "MAX_HEAD", "Http1Connection", "Http1Response", "Origin"]
+__all__ = ["DRAIN_S", "HIGH_WATER", "MAX_HEAD", "Http1Connection", "Origin"]
 
 Origin = tuple[str, str, int]
 """``(scheme, host, port)``: connections are pooled per origin."""
@@ -342,73 +342,3 @@ class Http1Connection(asyncio.Protocol):
             self.owner.reuse(self)
             return
         self._wake()
-
-
-class Http1Response:
-    """A response whose headers have arrived, behind ``UpstreamResponse``; the body is read from its
-    connection, which ``release`` returns to the pool and ``close`` drops."""
-
-    __slots__ = ("_connection", "content_type", "raw_headers", "status")
-
-    def __init__(self, connection: Http1Connection) -> None:
-        self._connection: Http1Connection | None = connection
-        self.status = connection.status
-        self.content_type = connection.content_type
-        self.raw_headers = connection.raw_headers
-        """The headers as they came, names and values in bytes."""
-
-    @property
-    def headers(self) -> dict[str, str]:
-        """The headers by lower-cased name (the last of a repeated one); built on each call."""
-        return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self.raw_headers}
-
-    def _open(self) -> Http1Connection:
-        connection = self._connection
-        if connection is None:
-            raise UpstreamProtocolError("upstream response read after it was released or closed")
-        return connection
-
-    async def read(self) -> bytes:
-        """The whole body; ``UpstreamTimeout`` past the exchange's ``total_s``."""
-        connection = self._open()
-        if connection.is_complete:
-            return connection.take()
-        parts = []
-        while True:
-            if connection.buffer:
-                parts.append(connection.take())
-            if connection.is_complete:
-                return b"".join(parts)
-            if connection.error is not None:
-                raise connection.error
-            await connection.wait(connection.deadline)
-
-    async def chunks(self, idle_s: float, *, first_s: float | None = None) -> AsyncIterator[bytes]:
-        """Body bytes as they arrive (all that is buffered at each step); UpstreamTimeout when the first
-        takes over ``first_s`` (default ``idle_s``) or a later gap exceeds ``idle_s``."""
-        connection = self._open()
-        loop = connection.loop
-        until = loop.time() + (idle_s if first_s is None else first_s)
-        while True:
-            if connection.buffer:
-                yield connection.take()
-                until = loop.time() + idle_s
-            elif connection.is_complete:
-                return
-            elif connection.error is not None:
-                raise connection.error
-            else:
-                await connection.wait(until)
-
-    def close(self) -> None:
-        """Drop the connection (used when a client goes away mid-stream)."""
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            connection.close()
-
-    def release(self) -> None:
-        """Return the connection to the pool if the response came in whole and the server keeps the
-        connection alive; close it otherwise."""
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            connection.owner.reuse(connection)

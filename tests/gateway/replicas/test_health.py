@@ -11,11 +11,11 @@ from aiohttp import web
 
 from gateway.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 from gateway.policy import Policy, parse_policy
-from gateway.replicas.aiohttp_client import AiohttpUpstreamClient
 from gateway.replicas.balancer import Balancer, ReplicaState
 from gateway.replicas.client import UpstreamResponse
 from gateway.replicas.config import BalancerConfig, BreakerConfig, HealthConfig, RoutingConfig
 from gateway.replicas.health import HealthChecker, ReplicaLoad, parse_vllm_metrics
+from gateway.replicas.http1 import Http1UpstreamClient
 from gateway.replicas.pools import Timeouts
 from tools.servers.redis_server import free_port
 
@@ -100,7 +100,7 @@ async def wait_for(condition: Any, timeout_s: float = 5.0) -> None:
 
 @pytest.fixture
 async def client() -> Any:
-    client = AiohttpUpstreamClient()
+    client = Http1UpstreamClient()
     yield client
     await client.close()
 
@@ -240,7 +240,7 @@ async def test_a_reload_adds_and_drops_probed_replicas() -> None:
         await checker.stop()
 
 
-async def test_real_replica_stopped_and_restarted_on_the_same_port(client: AiohttpUpstreamClient) -> None:
+async def test_real_replica_stopped_and_restarted_on_the_same_port(client: Http1UpstreamClient) -> None:
     server = ReplicaServer()
     await server.start()
     balancer = Balancer(routing=routing(unhealthy_threshold=1))
@@ -262,9 +262,7 @@ async def test_real_replica_stopped_and_restarted_on_the_same_port(client: Aioht
         await server.stop()
 
 
-async def send(
-    balancer: Balancer, client: AiohttpUpstreamClient, max_attempts: int = 3
-) -> list[ReplicaState]:
+async def send(balancer: Balancer, client: Http1UpstreamClient, max_attempts: int = 3) -> list[ReplicaState]:
     """What the upstream stage does for a non-streaming call: pick, send, record, retry elsewhere."""
     tried: list[ReplicaState] = []
     for _ in range(max_attempts):
@@ -294,7 +292,7 @@ async def send(
 
 
 @pytest.mark.slow
-async def test_one_of_three_replicas_killed_under_load(client: AiohttpUpstreamClient) -> None:
+async def test_one_of_three_replicas_killed_under_load(client: Http1UpstreamClient) -> None:
     servers = [ReplicaServer() for _ in range(3)]
     for server in servers:
         await server.start()
@@ -337,7 +335,7 @@ async def test_one_of_three_replicas_killed_under_load(client: AiohttpUpstreamCl
             await server.stop()
 
 
-async def test_scrapes_feed_load_aware_choice(client: AiohttpUpstreamClient) -> None:
+async def test_scrapes_feed_load_aware_choice(client: Http1UpstreamClient) -> None:
     busy, idle = ReplicaServer(), ReplicaServer()
     busy.metrics_page = VLLM_PAGE
     idle.metrics_page = b"vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.1\n"
@@ -381,7 +379,7 @@ async def test_a_failed_scrape_leaves_the_load_to_go_stale() -> None:
     assert state.num_waiting == 5.0  # kept, but it stops counting at load_fresh_until
 
 
-async def test_connect_refused_opens_the_breaker_without_probes(client: AiohttpUpstreamClient) -> None:
+async def test_connect_refused_opens_the_breaker_without_probes(client: Http1UpstreamClient) -> None:
     servers = [ReplicaServer() for _ in range(2)]
     for server in servers:
         await server.start()

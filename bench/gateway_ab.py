@@ -11,12 +11,14 @@ req/s, one per round), with their geometric mean beside it; each side's medians 
     python bench/gateway_ab.py --before /tmp/sy-before                 # against this checkout
     python bench/gateway_ab.py --before /tmp/sy-before --after /tmp/sy-after --rounds 40 --duration 3
 
-``--mode`` picks what wrk sends: ``miss`` (default: a chat completion that goes upstream, no
-``temperature`` so the response cache lets it by), ``hit`` (``temperature: 0``, one body repeated: after
-the first, every request is a response-cache hit, from Redis under the full policy) or ``stream`` (SSE
-from the canned stream). ``--policy harness/policy-full-nocache.yaml.tmpl`` is the full policy with the
-response cache off. Besides req/s, each run reads the gateway's CPU seconds (utime + stime) and reports
-CPU milliseconds per request, the figure that compares a hit with a miss.
+``--mode`` picks what wrk sends: ``upstream`` (default: a chat completion that goes upstream, no
+``temperature`` so the response cache lets it by), ``miss`` (``temperature: 0`` and every body
+different: each a response-cache miss that goes upstream and stores its entry), ``hit``
+(``temperature: 0``, one body repeated: after the first, every request is a response-cache hit, from
+Redis under the full policy) or ``stream`` (SSE from the canned stream).
+``--policy harness/policy-full-nocache.yaml.tmpl`` is the full policy with the response cache off.
+Besides req/s, each run reads the gateway's CPU seconds (utime + stime) and reports CPU milliseconds
+per request, the figure that compares a hit with a miss.
 
 The policy template (default: the full policy, ``harness/policy-full.yaml.tmpl``) gets ``${NGINX_PORT}``,
 ``${API_KEY_SHA256}`` and ``${REDIS_URL}`` filled in; each gateway gets ``SORTYARD_REDIS_URL`` and
@@ -44,7 +46,7 @@ from harness.wrk import WrkResult, WrkRun, find_wrk, run_wrk
 
 FULL_POLICY = Path(__file__).resolve().parent / "harness" / "policy-full.yaml.tmpl"
 SIDES = ("before", "after")
-MODES = ("miss", "hit", "stream")
+MODES = ("upstream", "miss", "hit", "stream")
 
 
 def round_order(index: int) -> tuple[str, str]:
@@ -93,7 +95,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--duration", type=int, default=3, help="seconds of each wrk run")
     parser.add_argument("--concurrency", type=int, default=1, help="wrk connections")
-    parser.add_argument("--mode", choices=MODES, default="miss", help="what wrk sends (see above)")
+    parser.add_argument("--mode", choices=MODES, default="upstream", help="what wrk sends (see above)")
     parser.add_argument("--api-key", default="sk-sy-bench-0000000000000000")
     parser.add_argument("--client-cpus", default="0", help="taskset CPUs of wrk, nginx and redis")
     parser.add_argument("--gateway-cpus", default="1", help="taskset CPUs of both gateways")
@@ -149,7 +151,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 is_stream=args.mode == "stream",
                 api_key=args.api_key,
                 cpus=args.client_cpus,
-                temperature="0" if args.mode == "hit" else None,
+                temperature="0" if args.mode in ("hit", "miss") else None,
+                is_unique=args.mode == "miss",
             )
             cpu_before = targets[side].process.cpu_s()
             result = run_wrk(run)

@@ -5,6 +5,8 @@
 --   BENCH_API_KEY  sent as "Authorization: Bearer <key>" when set
 --   BENCH_TEMPERATURE  adds "temperature": <value> (0 makes the request cacheable: the cache-hit path)
 --   BENCH_ACCEPT_ENCODING  sent as "Accept-Encoding" when set (wrk reads the encoded bytes as they come)
+--   BENCH_UNIQUE   "1" makes every body differ (a counter in the prompt): with temperature 0, each
+--                  request is a response-cache miss that goes upstream and stores its entry
 -- done() prints one JSON line (marker BENCH_WRK_RESULT) that the driver parses: exact microsecond
 -- percentiles and the error counts, rather than scraping wrk's rounded text.
 
@@ -27,6 +29,16 @@ body = body .. '}'
 wrk.method = "POST"
 wrk.body = body
 wrk.headers["Content-Type"] = "application/json"
+if os.getenv("BENCH_UNIQUE") == "1" then
+  local head, tail = body:match('^(.-Say hello in one short sentence)(.*)$')
+  math.randomseed(os.time())
+  local run = math.random(1, 2147483647)  -- bodies of one run never repeat another run's
+  local counter = 0
+  request = function()
+    counter = counter + 1
+    return wrk.format(nil, nil, nil, head .. " #" .. run .. "-" .. counter .. tail)
+  end
+end
 if api_key ~= "" then
   wrk.headers["Authorization"] = "Bearer " .. api_key
 end

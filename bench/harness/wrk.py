@@ -40,6 +40,9 @@ class WrkRun:
     """wrk's per-request timeout; a request slower than this counts as a socket error."""
     temperature: str | None = None
     """The body's ``temperature`` when set (``"0"``: a cacheable request, the cache-hit path)."""
+    is_unique: bool = False
+    """Every body different (a counter in the prompt): with ``temperature`` 0, every request a
+    response-cache miss."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,8 @@ def run_wrk(run: WrkRun, *, binary: str = "wrk", allow_errors: bool = False) -> 
     }
     if run.temperature is not None:
         env["BENCH_TEMPERATURE"] = run.temperature
+    if run.is_unique:
+        env["BENCH_UNIQUE"] = "1"
     proc = subprocess.run(
         pinned(argv, run.cpus),
         capture_output=True,

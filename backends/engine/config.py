@@ -28,9 +28,14 @@ class EngineConfig:
     max_model_len: int | None = None
     """Prompt plus output limit; default the model's context, capped at 8192."""
     kv_cache_bytes: int | None = None
-    """Explicit KV budget in bytes; else ``kv_cache_fraction`` of free memory."""
+    """Explicit KV budget in bytes; else ``kv_cache_fraction`` (CPU) or ``gpu_memory_utilization`` (CUDA)."""
     kv_cache_fraction: float = 0.2
-    """Share of free device memory given to the KV pool when ``kv_cache_bytes`` is None."""
+    """Share of free host memory given to the KV pool on the CPU when ``kv_cache_bytes`` is None."""
+    gpu_memory_utilization: float = 0.9
+    """On CUDA, when ``kv_cache_bytes`` is None: the share of the device's total memory this engine may
+    hold (weights, a step's activations and the KV cache), vLLM's ``--gpu-memory-utilization``."""
+    enforce_eager: bool = False
+    """Run every step eagerly; False captures CUDA graphs of the decode steps on CUDA (``cuda_graphs.py``)."""
     enable_prefix_caching: bool = True
     """Reuse full KV blocks across requests with the same token prefix (and cache salt)."""
     free_window_blocks: bool = True
@@ -41,7 +46,7 @@ class EngineConfig:
     quantization: str | None = None
     """None (weights in ``dtype``), "int8" or "int4": every decoder GEMM (q|k|v, o, gate|up, down) gets
     weight-only quantized weights computed at load from the float weights (int8: per output channel;
-    int4: per group of input columns), CPU only; the embeddings and LM head stay in ``dtype``."""
+    int4: per group of input columns), on CPU and CUDA; the embeddings and LM head stay in ``dtype``."""
     kv_cache_dtype: str = "auto"
     """"auto" stores K/V in ``dtype``; "int8" (per token and head scales) or "fp8" (``float8_e4m3fn``)
     store them in one byte per element, so the same KV budget holds more tokens."""
@@ -66,6 +71,16 @@ class EngineConfig:
     """torch intra-op threads on CPU; default ``OMP_NUM_THREADS`` when set, else the usable cores."""
     seed: int = 0
     """Seeds the generators of requests that carry no seed of their own."""
+    tensor_parallel_size: int = 1
+    """Ranks (processes, one GPU each on CUDA) that split every layer: attention heads, MLP columns and
+    the vocabulary (``parallel/``); 1: one process, no process group. With several ranks,
+    ``kv_cache_bytes`` and ``num_threads`` are each rank's, and the CPU's default KV share is split
+    among them (they share the host's memory)."""
+    pipeline_parallel_size: int = 1
+    """Stages (each ``tensor_parallel_size`` ranks) that split the decoder layers into contiguous runs."""
+    distributed_timeout_s: float = 60.0
+    """With several ranks: how long a collective or a rank's start-up reply may take before the engine
+    is declared dead (a rank that dies is noticed at once; this bounds one that hangs)."""
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_NAMES:
@@ -78,6 +93,12 @@ class EngineConfig:
             raise ValueError(f"quantization must be None or one of {list(QUANTIZATION_METHODS)}")
         if not 0.0 < self.kv_cache_fraction <= 1.0:
             raise ValueError("kv_cache_fraction must be in (0, 1]")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError("gpu_memory_utilization must be in (0, 1]")
+        if self.tensor_parallel_size < 1 or self.pipeline_parallel_size < 1:
+            raise ValueError("tensor_parallel_size and pipeline_parallel_size must be >= 1")
+        if self.distributed_timeout_s <= 0:
+            raise ValueError("distributed_timeout_s must be > 0")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {list(KV_CACHE_DTYPES)}")
         if self.speculative_method is not None:
@@ -92,6 +113,11 @@ class EngineConfig:
                 raise ValueError('speculative_method "draft" needs speculative_model')
             if not 1 <= self.ngram_prompt_lookup_min <= self.ngram_prompt_lookup_max:
                 raise ValueError("need 1 <= ngram_prompt_lookup_min <= ngram_prompt_lookup_max")
+
+    @property
+    def world_size(self) -> int:
+        """Processes serving the model: ``tensor_parallel_size * pipeline_parallel_size``."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")

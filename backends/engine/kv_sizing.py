@@ -1,6 +1,6 @@
-"""How big the KV cache is: the bytes a token takes, the byte budget (explicit, or a share of free device
-memory), its split into one pool or two KV groups (``plan_kv_pools``), and the window whose passed blocks
-may be freed.
+"""How big the KV cache is: the bytes a token takes, the byte budget (explicit, a share of free host
+memory, or on CUDA what ``--gpu-memory-utilization`` leaves, ``device_memory.py``), its split into one
+pool or two KV groups (``plan_kv_pools``), and the window whose passed blocks may be freed.
 
 The plan is derived once at start-up and handed to the block manager and the model runner; it never
 writes back into ``EngineConfig``.
@@ -8,14 +8,24 @@ writes back into ``EngineConfig``.
 
 from __future__ import annotations
 
+import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from backends.engine.config import EngineConfig
+from backends.engine.device_memory import (
+    MemoryReader,
+    estimate_activation_bytes,
+    gpu_kv_budget,
+    read_cuda_memory,
+)
 from backends.engine.layers import kv_quant
 from backends.engine.model_config import ModelConfig
+from backends.engine.parallel.group import ParallelLayout
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -39,12 +49,29 @@ class KVCachePlan:
 
 
 def plan_kv_cache(
-    cfg: ModelConfig, config: EngineConfig, device: torch.device, dtype: torch.dtype, max_model_len: int
+    cfg: ModelConfig,
+    config: EngineConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    max_model_len: int,
+    *,
+    baseline_allocated_bytes: int = 0,
+    read_memory: MemoryReader = read_cuda_memory,
 ) -> KVCachePlan:
-    """The KV cache of ``cfg`` served at ``max_model_len`` on ``device`` in ``dtype``."""
+    """The KV cache of ``cfg`` served at ``max_model_len`` on ``device`` in ``dtype``; on CUDA the
+    engine's own bytes are what the device's allocations grew by since ``baseline_allocated_bytes``."""
     window = cfg.attention_window(max_model_len)
     freeing = window if config.free_window_blocks else None
-    sizes = kv_pool_sizes(cfg, config, device, dtype, freeing, max_model_len)
+    sizes = kv_pool_sizes(
+        cfg,
+        config,
+        device,
+        dtype,
+        freeing,
+        max_model_len,
+        baseline_allocated_bytes=baseline_allocated_bytes,
+        read_memory=read_memory,
+    )
     single_pool_window = freeable_window(cfg, max_model_len) if config.free_window_blocks else None
     return KVCachePlan(sizes, window, single_pool_window)
 
@@ -56,17 +83,34 @@ def kv_pool_sizes(
     dtype: torch.dtype,
     window: int | None,
     max_model_len: int,
+    *,
+    baseline_allocated_bytes: int = 0,
+    read_memory: MemoryReader = read_cuda_memory,
 ) -> KVPoolSizes:
     """Blocks of one pool, or of the full and sliding layers' pools (``plan_kv_pools`` splits)."""
     budget = config.kv_cache_bytes
-    if budget is None:
-        if device.type == "cuda":
-            free_bytes = torch.cuda.mem_get_info(device)[0]
-        else:
-            free_bytes = available_host_bytes()
-        budget = int(free_bytes * config.kv_cache_fraction)
     dtype_bytes = torch.finfo(dtype).bits // 8
+    if budget is None and device.type == "cuda":
+        budget = cuda_kv_budget(
+            cfg, config, device, dtype_bytes, max_model_len, baseline_allocated_bytes, read_memory
+        )
+    elif budget is None:  # the ranks of a parallel engine share the host's memory
+        budget = int(available_host_bytes() * config.kv_cache_fraction) // config.world_size
+    if config.world_size > 1:  # one rank's cache: its KV heads, its stage's layers
+        cfg, budget = rank_share(cfg, config, budget)
     return plan_kv_pools(cfg, config, budget, dtype_bytes, window, max_model_len)
+
+
+def rank_share(cfg: ModelConfig, config: EngineConfig, budget_bytes: int) -> tuple[ModelConfig, int]:
+    """Plan one rank of a parallel engine as if it held every layer: ``cfg`` with the KV heads a tensor
+    rank keeps (replicated ones count in full), and ``budget_bytes`` (one rank's) scaled up by
+    layers / the most loaded stage's layers. Every rank has the same number of blocks (rank 0's
+    scheduler hands out one block table for all), so that stage bounds them. Exact for one pool; with
+    two KV groups the split follows the whole model's mix of sliding and full layers, which a stage's
+    own mix may differ from by a layer or two."""
+    layout = ParallelLayout(config.tensor_parallel_size, config.pipeline_parallel_size)
+    rank_cfg = replace(cfg, num_kv_heads=layout.kv_heads_per_rank(cfg.num_kv_heads))
+    return rank_cfg, budget_bytes * cfg.num_layers // layout.max_stage_layers(cfg.num_layers)
 
 
 def plan_kv_pools(
@@ -108,6 +152,37 @@ def plan_kv_pools(
     num_full_layers = cfg.num_layers - num_sliding_layers
     num_full = min(left // (num_full_layers * layer_block_bytes), max_blocks)
     return KVPoolSizes(num_full, num_sliding)
+
+
+def cuda_kv_budget(
+    cfg: ModelConfig,
+    config: EngineConfig,
+    device: torch.device,
+    dtype_bytes: int,
+    max_model_len: int,
+    baseline_allocated_bytes: int,
+    read_memory: MemoryReader,
+) -> int:
+    """What ``config.gpu_memory_utilization`` leaves the KV cache on ``device`` (``gpu_kv_budget``)."""
+    memory = read_memory(device)
+    engine_bytes = max(0, memory.allocated_bytes - baseline_allocated_bytes)
+    activation_bytes = estimate_activation_bytes(
+        cfg,
+        num_batched_tokens=config.max_num_batched_tokens,
+        max_num_seqs=config.max_num_seqs,
+        max_model_len=max_model_len,
+        dtype_bytes=dtype_bytes,
+    )
+    budget = gpu_kv_budget(memory, config.gpu_memory_utilization, engine_bytes, activation_bytes)
+    log.info(
+        "GPU memory: %.2f of %.1f GiB; weights %.2f GiB, activations up to %.2f GiB, KV cache %.2f GiB",
+        config.gpu_memory_utilization,
+        memory.total_bytes / 2**30,
+        engine_bytes / 2**30,
+        activation_bytes / 2**30,
+        budget / 2**30,
+    )
+    return budget
 
 
 def kv_bytes_per_token(cfg: ModelConfig, dtype: torch.dtype, kv_cache_dtype: str = "auto") -> int:

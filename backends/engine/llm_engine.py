@@ -17,13 +17,17 @@ import torch
 
 from backends.engine.config import MAX_DEFAULT_MODEL_LEN, EngineConfig
 from backends.engine.cpu_allocator import keep_freed_memory
+from backends.engine.cuda_graphs import GraphCapturer, graph_config
 from backends.engine.detokenizer import IncrementalDetokenizer
+from backends.engine.errors import EngineDeadError
 from backends.engine.kv_groups import KVBlocks, build_kv_blocks
 from backends.engine.kv_sizing import plan_kv_cache
 from backends.engine.loader import LoadedModel, ModelLoader, load_model
 from backends.engine.model_runner import ModelRunner
 from backends.engine.models import instantiate
 from backends.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from backends.engine.parallel.workers import WorkerPool
+from backends.engine.rank import layout_of, start_ranks, start_runners
 from backends.engine.sampler import Sampler, SampleResult
 from backends.engine.sampling_params import SamplingParams
 from backends.engine.scheduler import Scheduler, SchedulerOutput
@@ -53,12 +57,24 @@ class _Request:
 class LLMEngine:
     """Loads one model and serves many requests with continuous batching over a paged KV cache."""
 
-    def __init__(self, config: EngineConfig, *, loader: ModelLoader | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        loader: ModelLoader | None = None,
+        graph_capturer: GraphCapturer | None = None,
+    ) -> None:
+        """``graph_capturer``: captures the decode graphs (default CUDA's on CUDA, none elsewhere;
+        tests pass ``cuda_graphs.EagerGraphCapturer`` to run the graph path on the CPU)."""
         self.config = config
         self.device = torch.device(_resolve_device(config.device))
         if self.device.type == "cpu":
-            torch.set_num_threads(config.num_threads or default_num_threads())
+            # the ranks of a parallel engine share the cores
+            torch.set_num_threads(config.num_threads or max(1, default_num_threads() // config.world_size))
             keep_freed_memory()
+        # what the device held before this engine: its own bytes are what they grow by
+        is_cuda = self.device.type == "cuda"
+        baseline_allocated_bytes = torch.cuda.memory_allocated(self.device) if is_cuda else 0
         started = time.monotonic()
         log.info("loading model %s", config.model)
         loaded: LoadedModel = (loader or load_model)(config.model)
@@ -71,16 +87,39 @@ class LLMEngine:
         cfg.check_servable(self.max_model_len)  # before the weights: refuse fast, never serve wrong output
         dtype = DTYPES[config.dtype]
         max_position = max(self.max_model_len, cfg.max_position_embeddings)
-        # packed for prefill-sized batches: bf16's 2,048-row GEMMs run 1.2x faster so, and decode-sized
-        # ones (up to max_num_seqs rows) at the same speed either way (docs/engine.md, CPU kernels)
-        model = instantiate(
-            loaded,
-            dtype=dtype,
-            device=self.device,
-            max_position=max_position,
-            batch_hint=config.max_num_batched_tokens,
+        layout_of(config).check(cfg)  # a split the heads or layers do not allow: refused before any process
+        self.workers: WorkerPool | None = None
+        """Ranks 1..N-1 of a tensor/pipeline-parallel engine (``rank.py``); None: this process alone."""
+        if config.world_size > 1:  # the workers load their shards while this process loads rank 0's
+            self.workers, model = start_ranks(
+                config,
+                loader or load_model,
+                loaded,
+                device=self.device,
+                dtype=dtype,
+                max_position=max_position,
+                num_threads=torch.get_num_threads(),
+            )
+        else:
+            # packed for prefill-sized batches: bf16's 2,048-row GEMMs run 1.2x faster so, and decode-sized
+            # ones (up to max_num_seqs rows) at the same speed either way (docs/engine.md, CPU kernels)
+            model = instantiate(
+                loaded,
+                dtype=dtype,
+                device=self.device,
+                max_position=max_position,
+                batch_hint=config.max_num_batched_tokens,
+            )
+        plan = plan_kv_cache(
+            cfg,
+            config,
+            self.device,
+            dtype,
+            self.max_model_len,
+            baseline_allocated_bytes=baseline_allocated_bytes,
         )
-        plan = plan_kv_cache(cfg, config, self.device, dtype, self.max_model_len)
+        if self.workers is not None:  # each worker allocates its KV cache shard from this plan
+            start_runners(self.workers, plan)
         elapsed_s = time.monotonic() - started
         log.info(
             "model %s loaded in %.1f s: KV blocks of %d tokens: %s",
@@ -116,6 +155,14 @@ class LLMEngine:
             sliding_window=plan.window,
             quantization=config.quantization,
             kv_cache_dtype=config.kv_cache_dtype,
+            workers=self.workers,
+            cuda_graphs=graph_config(  # never with workers: a graph would capture one step's collectives
+                enforce_eager=config.enforce_eager or self.workers is not None,
+                device=self.device,
+                max_num_seqs=config.max_num_seqs,
+                max_model_len=self.max_model_len,
+                capturer=graph_capturer,
+            ),
         )
         self.sampler = Sampler()
         self.requests: dict[str, _Request] = {}
@@ -208,12 +255,14 @@ class LLMEngine:
                 result = self._run(sched)
                 sampled = self.scheduler.postprocess(sched.scheduled, result)
                 touched |= {seq.request_id for seq in sampled}
-            except Exception as exc:  # a failed forward fails its batch, never the engine
+            except Exception as exc:  # a failed forward fails its batch, never the engine...
                 log.exception("engine step failed")
                 for item in sched.scheduled:
                     item.seq.error = f"{type(exc).__name__}: {exc}"
                     self._finish(item.seq, "error")
                     touched.add(item.seq.request_id)
+                if isinstance(exc, EngineDeadError):  # ...unless a rank of a parallel engine is lost
+                    raise
         return [self._output(rid) for rid in touched if rid in self.requests]
 
     def _mark_scheduled(self, sched: SchedulerOutput) -> None:
@@ -302,6 +351,7 @@ class LLMEngine:
 
     def stats(self) -> EngineStats:
         bm = self.block_manager
+        is_cuda = self.device.type == "cuda"
         return EngineStats(
             num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting),
@@ -317,7 +367,16 @@ class LLMEngine:
             spec_num_draft_tokens=self.spec_stats.num_draft_tokens,
             spec_num_accepted_tokens=self.spec_stats.num_accepted_tokens,
             spec_accepted_per_pos=tuple(self.spec_stats.accepted_per_pos),
+            is_cuda=is_cuda,
+            gpu_memory_allocated_bytes=torch.cuda.memory_allocated(self.device) if is_cuda else 0,
+            gpu_memory_reserved_bytes=torch.cuda.memory_reserved(self.device) if is_cuda else 0,
         )
+
+    def close(self) -> None:
+        """Stop the worker ranks of a parallel engine and leave its process group (idempotent; a no-op
+        for one process). The workers are daemons: they also end with this process."""
+        if self.workers is not None:
+            self.workers.close()
 
     def check_invariants(self) -> None:
         """Block-pool consistency against every live sequence (tests call this after each step)."""

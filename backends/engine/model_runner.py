@@ -16,11 +16,13 @@ from dataclasses import dataclass
 
 import torch
 
+from backends.engine.cuda_graphs import CudaGraphConfig, DecodeGraphs, decode_graph_layout
 from backends.engine.layers import kv_quant
 from backends.engine.layers.attention import AttentionMetadata, PrefillChunk
 from backends.engine.layers.quantization import prepare_linears
 from backends.engine.model_config import FULL, SLIDING
 from backends.engine.models.llama import LlamaAttention, LlamaForCausalLM
+from backends.engine.parallel.workers import StepInputs, WorkerPool
 from backends.engine.scheduler import ScheduledSeq
 
 
@@ -34,7 +36,9 @@ class ModelRunner:
     ``quantization``: "int8" or "int4" turns the decoder's GEMM weights to that
     (``layers/quantization.py``'s ``prepare_linears``).
     ``kv_cache_dtype``: "int8" or "fp8" stores K/V as one-byte codes with a scale per row
-    (``layers/kv_quant.py``); "auto" in the model's dtype."""
+    (``layers/kv_quant.py``); "auto" in the model's dtype.
+    ``cuda_graphs``: capture the decode forward per batch bucket (``cuda_graphs.py``); each pool then
+    gets one scratch block past its last, which the padding rows of a replay write to."""
 
     def __init__(
         self,
@@ -46,8 +50,12 @@ class ModelRunner:
         num_sliding_blocks: int | None = None,
         quantization: str | None = None,
         kv_cache_dtype: str = "auto",
+        cuda_graphs: CudaGraphConfig | None = None,
+        workers: WorkerPool | None = None,
     ) -> None:
         self.model = model
+        self.workers = workers
+        """Ranks 1..N-1 of a tensor/pipeline-parallel engine (this runner is rank 0's); None: one process."""
         self.kv_cache_dtype = kv_cache_dtype
         """"auto" (K/V in the model's dtype), "int8" or "fp8": one-byte codes and a scale per row."""
         self.weight_bytes = prepare_linears(model, quantization)
@@ -68,19 +76,25 @@ class ModelRunner:
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         attn_layers = [m for m in model.modules() if isinstance(m, LlamaAttention)]
+        scratch = 0 if cuda_graphs is None else 1  # the block a graph's padding rows write to
         if num_sliding_blocks is None:
-            self.k_cache, self.v_cache = self._allocate(attn_layers, num_blocks)
+            self.k_cache, self.v_cache = self._allocate(attn_layers, num_blocks + scratch)
         else:
             full = [a for a in attn_layers if not a.is_sliding]
-            self.k_cache, self.v_cache = self._allocate(full, num_blocks)
+            self.k_cache, self.v_cache = self._allocate(full, num_blocks + scratch)
             sliding = [a for a in attn_layers if a.is_sliding]
-            self.sliding_k_cache, self.sliding_v_cache = self._allocate(sliding, num_sliding_blocks)
+            self.sliding_k_cache, self.sliding_v_cache = self._allocate(sliding, num_sliding_blocks + scratch)
+        self.decode_graphs = None if cuda_graphs is None else self._capture(cuda_graphs)
+        """The decode forward captured per batch bucket; None: every step runs eagerly."""
 
     def _allocate(self, layers: list[LlamaAttention], num_blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V tensors of ``num_blocks`` blocks for ``layers``, each layer bound to its slice."""
         cfg = self.model.config
+        if not layers:  # a pipeline stage with none of this group's layers
+            return torch.empty(0, device=self.device), torch.empty(0, device=self.device)
+        # a tensor-parallel rank caches only its own KV heads
         layer_shape = layers[0].backend.cache_shape(
-            num_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim, self.kv_cache_dtype
+            num_blocks, self.block_size, layers[0].num_kv_heads, cfg.head_dim, self.kv_cache_dtype
         )
         shape = (len(layers), *layer_shape)
         dtype = kv_quant.storage_dtype(self.kv_cache_dtype, self.dtype)
@@ -92,6 +106,20 @@ class ModelRunner:
             layer.k_cache, layer.v_cache = k_cache[i], v_cache[i]
         return k_cache, v_cache
 
+    def _capture(self, config: CudaGraphConfig) -> DecodeGraphs:
+        """Decode graphs over the step's views as ``_prepare`` builds them, each with its pool's scratch
+        block (the one past ``num_blocks``, or past ``num_sliding_blocks`` for the sliding group)."""
+        views: list[tuple[int | None, int]] = [
+            (None if self.has_full_layers else self.sliding_window, self.num_blocks)
+        ]
+        if self.is_mixed:
+            sliding_scratch = (
+                self.num_sliding_blocks if self.num_sliding_blocks is not None else self.num_blocks
+            )
+            views.append((self.sliding_window, sliding_scratch))
+        layout = decode_graph_layout(config.max_num_seqs, config.max_model_len, self.block_size, views)
+        return DecodeGraphs(self.model, layout, config.capturer, self.device)
+
     @torch.inference_mode()
     def run(self, scheduled: list[ScheduledSeq]) -> torch.Tensor:
         """Logits [num_sample_rows, vocab] (fp32): each of ``scheduled``'s last chunks in order, one row
@@ -100,11 +128,29 @@ class ModelRunner:
         order = sorted(range(len(scheduled)), key=lambda i: not _is_decode(scheduled[i]))
         batch = [scheduled[i] for i in order]
         input_ids, positions, meta, sample_rows = self._prepare(batch)
-        hidden = self.model(input_ids, positions, meta)
-        rows_by_original = {order[j]: rows for j, rows in sample_rows.items()}
-        wanted = [r for i in range(len(scheduled)) for r in rows_by_original.get(i, ())]
-        index = torch.tensor(wanted, dtype=torch.long, device=self.device)
+        index = self._sample_index(order, sample_rows)
+        if self.workers is not None:  # tensor/pipeline parallel: every rank runs this step on these inputs
+            return self.workers.run_step(StepInputs(input_ids, positions, meta, index), self.execute)
+        graphs = self.decode_graphs
+        if graphs is not None and graphs.can_replay(meta):  # decode-only, within the largest bucket
+            hidden = graphs.replay(input_ids, positions, meta)
+        else:
+            hidden = self.model(input_ids, positions, meta)
         return self.model.compute_logits(hidden.index_select(0, index)).float()
+
+    @torch.inference_mode()
+    def execute(self, step: StepInputs) -> torch.Tensor:
+        """A prepared step's forward and LM head, eagerly: rank 0's part of a parallel step, and every
+        worker rank's (with rank 0's inputs; a rank that ends with no logits returns an empty tensor)."""
+        hidden = self.model(step.input_ids, step.positions, step.meta)
+        return self.model.compute_logits(hidden.index_select(0, step.sample_index)).float()
+
+    def _sample_index(self, order: list[int], sample_rows: dict[int, range]) -> torch.Tensor:
+        """The flat batch's rows to sample from, in the scheduler's order (``order[j]`` is the
+        scheduled position of the batch's j-th sequence)."""
+        rows_by_original = {order[j]: rows for j, rows in sample_rows.items()}
+        wanted = [r for i in range(len(order)) for r in rows_by_original.get(i, ())]
+        return torch.tensor(wanted, dtype=torch.long, device=self.device)
 
     def _prepare(
         self, batch: list[ScheduledSeq]

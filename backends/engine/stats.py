@@ -27,3 +27,9 @@ class EngineStats:
     """Proposed tokens the target kept."""
     spec_accepted_per_pos: tuple[int, ...] = ()
     """Kept tokens by position in the proposal (first, second, ...)."""
+    is_cuda: bool = False
+    """The engine runs on a CUDA device (the metrics then add the GPU names)."""
+    gpu_memory_allocated_bytes: int = 0
+    """On CUDA: bytes held by tensors on the engine's device (torch's caching allocator)."""
+    gpu_memory_reserved_bytes: int = 0
+    """On CUDA: bytes the caching allocator holds on that device, in tensors or cached."""

@@ -8,6 +8,10 @@ Every metric carries the ``model_name`` label. One registry per app: no module g
 Beyond vLLM's names: ``sortyard_engine_batch_size`` (sequences in the running batch) and
 ``sortyard_engine_generation_tokens_per_second`` (generated tokens per second over the last
 ``RATE_WINDOW_S`` of scrapes; ``rate(vllm:generation_tokens_total[1m])`` says the same in PromQL).
+
+Models on a CUDA device also get ``vllm:gpu_cache_usage_perc`` (vLLM's older name of the KV usage, which
+dashboards built for vLLM before v0.10 read) and ``sortyard_engine_gpu_memory_bytes{kind}``: torch's
+``allocated`` (tensors) and ``reserved`` (its caching allocator's hold) bytes on the model's device.
 """
 
 from __future__ import annotations
@@ -150,6 +154,7 @@ class _EngineStatsCollector(Collector):
         )
         for name, doc, attr in gauges:
             yield family(GaugeMetricFamily, name, doc, attr)
+        yield from _gpu_families({n: s for n, s in snapshots.items() if s is not None and s.is_cuda})
         counters = (
             (
                 "vllm:prefix_cache_queries",
@@ -191,3 +196,24 @@ class _EngineStatsCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
+
+
+def _gpu_families(snapshots: dict[str, EngineStats]) -> Iterator[Metric]:
+    """The GPU metrics of the models on a CUDA device; nothing when none is."""
+    if not snapshots:
+        return
+    usage = GaugeMetricFamily(
+        "vllm:gpu_cache_usage_perc", "Share of KV-cache blocks in use (1 = full).", labels=["model_name"]
+    )
+    memory = GaugeMetricFamily(
+        "sortyard_engine_gpu_memory_bytes",
+        "Bytes torch holds on the model's GPU: in tensors (allocated) or in its caching allocator "
+        "(reserved).",
+        labels=["model_name", "kind"],
+    )
+    for model_name, stats in snapshots.items():
+        usage.add_metric([model_name], stats.kv_cache_usage)
+        memory.add_metric([model_name, "allocated"], float(stats.gpu_memory_allocated_bytes))
+        memory.add_metric([model_name, "reserved"], float(stats.gpu_memory_reserved_bytes))
+    yield usage
+    yield memory

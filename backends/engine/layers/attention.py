@@ -213,8 +213,15 @@ def _decode(
     return torch.matmul(probs, values).transpose(0, 1).reshape(b, num_heads, head_dim)
 
 
-def default_backend() -> TorchPagedAttention:
-    """Torch paged attention, with the native CPU decode kernel where it builds."""
+def default_backend(device: torch.device | str = "cpu") -> AttentionBackend:
+    """The Triton kernels on CUDA where Triton is installed; else torch paged attention, with the native
+    CPU decode kernel where it builds."""
+    from backends.engine.kernels import triton
+
+    if torch.device(device).type == "cuda" and triton.is_available():
+        from backends.engine.kernels.triton.backend import TritonPagedAttention
+
+        return TritonPagedAttention()
     from backends.engine.kernels import cpu_decode
 
     return TorchPagedAttention(decode_kernel=cpu_decode.load())

@@ -115,7 +115,8 @@ class MergedLinear(nn.Module):
             self._deferred_prepack = None  # W is about to go: no point reordering it
             if len(self._blocks) == len(self.out_sizes) and group_size == QuantizedTensor.GROUP_SIZE:
                 blocks = [self._blocks[shard] for shard in range(len(self.out_sizes))]
-                self._int4 = Int4Weight.from_blocks(blocks, self.bias)  # the file's own values
+                # the file's own values
+                self._int4 = Int4Weight.from_blocks(blocks, self.bias, self.weight.device)
                 self._blocks.clear()
             else:
                 self._int4 = Int4Weight.from_float(self.dense_weight(), self.bias, group_size)

@@ -2,6 +2,9 @@
 
 Covers Llama 1-3, SmolLM2, Mistral (a sliding window on every layer) and Qwen2 (qkv bias) through
 ``ModelConfig``: grouped- and multi-query attention, tied embeddings, scaled RoPE.
+
+``partition`` turns a built model into one rank's part of a tensor- and pipeline-parallel one
+(``backends/engine/parallel/``): its heads, MLP columns and vocabulary slice, and its stage's layers.
 """
 
 from __future__ import annotations
@@ -18,6 +21,19 @@ from backends.engine.layers.linear import MergedLinear
 from backends.engine.layers.norm import RMSNorm
 from backends.engine.layers.rotary import RotaryEmbedding
 from backends.engine.model_config import ModelConfig
+from backends.engine.parallel.group import ParallelGroup
+from backends.engine.parallel.layers import (
+    ColumnParallelLinear,
+    ParallelLMHead,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+)
+from backends.engine.parallel.pipeline import (
+    EmbeddingElsewhere,
+    HeldElsewhere,
+    head_stand_in,
+    layer_stand_ins,
+)
 
 
 class LlamaAttention(nn.Module):
@@ -57,6 +73,22 @@ class LlamaAttention(nn.Module):
             q, k = self.rotary(positions, q, k)
         return self.attend(q, k, v, meta)
 
+    def split_heads(self, group: ParallelGroup) -> None:
+        """Keep this tensor rank's query heads and the KV heads they read (``ParallelLayout.split_heads``):
+        q|k|v column-parallel, o_proj row-parallel."""
+        split = group.layout.split_heads(self.num_heads, self.num_kv_heads, group.tp_rank)
+        hidden_size, d = self.qkv_proj.in_features, self.head_dim
+        self.num_heads, self.num_kv_heads = split.num_heads, split.num_kv_heads
+        self.q_size, self.kv_size = split.num_heads * d, split.num_kv_heads * d
+        kv_start = split.first_kv_head * d
+        self.qkv_proj = ColumnParallelLinear(
+            hidden_size,
+            [self.q_size, self.kv_size, self.kv_size],
+            [split.first_head * d, kv_start, kv_start],
+            bias=self.qkv_proj.bias is not None,
+        )
+        self.o_proj = RowParallelLinear(self.q_size * group.tp_size, hidden_size, group)
+
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
@@ -76,6 +108,14 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act(self.gate_up_proj(x)))
+
+    def split_columns(self, group: ParallelGroup) -> None:
+        """Keep this tensor rank's share of the MLP columns: gate|up column-parallel, down row-parallel."""
+        size = self.gate_up_proj.out_sizes[0] // group.tp_size
+        hidden_size, start = self.gate_up_proj.in_features, group.tp_rank * size
+        has_bias = self.gate_up_proj.bias is not None
+        self.gate_up_proj = ColumnParallelLinear(hidden_size, [size, size], [start, start], bias=has_bias)
+        self.down_proj = RowParallelLinear(size * group.tp_size, hidden_size, group, bias=has_bias)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -129,7 +169,7 @@ class LlamaForCausalLM(nn.Module):
     ) -> None:
         super().__init__()
         self.config = cfg
-        backend = backend or default_backend()
+        backend = backend or default_backend(torch.get_default_device())
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.embed_tokens.weight.requires_grad_(False)
         self.layers = nn.ModuleList(
@@ -161,6 +201,29 @@ class LlamaForCausalLM(nn.Module):
             return self.norm(h)
         return self.norm.add_and_norm(h, residual)[0]
 
+    def partition(self, group: ParallelGroup) -> None:
+        """Make this model ``group``'s rank's part, before its weights load: with tensor ranks, its
+        heads, MLP columns and vocabulary slice (embedding and LM head); with pipeline stages, stand-ins
+        (``parallel/pipeline.py``) for the layers, embedding and LM head other stages hold."""
+        cfg = self.config
+        if group.tp_size > 1:
+            for module in list(self.modules()):
+                if isinstance(module, LlamaAttention):
+                    module.split_heads(group)
+                elif isinstance(module, LlamaMLP):
+                    module.split_columns(group)
+            self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, group)  # type: ignore[assignment]
+        if group.is_last_stage:
+            self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, group)
+            if cfg.tie_word_embeddings:  # the last stage keeps the embedding as its LM head's weight
+                self.lm_head.weight = self.embed_tokens.weight  # type: ignore[assignment]
+        else:
+            self.lm_head = head_stand_in(cfg.vocab_size, group)  # type: ignore[assignment]
+        if not group.is_first_stage and not (group.is_last_stage and cfg.tie_word_embeddings):
+            self.embed_tokens = EmbeddingElsewhere(cfg.hidden_size)  # type: ignore[assignment]
+        for i, stand_in in layer_stand_ins(len(self.layers), group).items():
+            self.layers[i] = stand_in
+
     def prepack(self, batch_hint: int) -> int:
         """Reorder every linear weight for the CPU's fast GEMM path; returns how many were packed."""
         tied = self.config.tie_word_embeddings
@@ -184,6 +247,8 @@ class LlamaForCausalLM(nn.Module):
                 continue
             if name == "lm_head.weight" and self.config.tie_word_embeddings:
                 continue
+            if self._held_elsewhere(name):  # another pipeline stage's weight
+                continue
             parts = name.split(".")
             if len(parts) >= 2 and parts[-2] in self.STACKED:
                 merged, shard = self.STACKED[parts[-2]]
@@ -192,6 +257,11 @@ class LlamaForCausalLM(nn.Module):
                 assert isinstance(module, MergedLinear)
                 module.load_shard(shard, parts[-1], tensor)
                 loaded.add(f"{module_name}.{parts[-1]}")
+                continue
+            owner = getattr(self, parts[0], None)
+            if isinstance(owner, VocabParallelEmbedding | ParallelLMHead):  # keeps its vocabulary slice
+                owner.load_shard(0, parts[-1], tensor)
+                loaded.add(name)
                 continue
             if name not in params:
                 raise KeyError(f"unexpected weight {hf_name!r}")
@@ -208,3 +278,12 @@ class LlamaForCausalLM(nn.Module):
             missing.discard("lm_head.weight")
         if missing:
             raise KeyError(f"weights missing from the checkpoint: {sorted(missing)[:5]}")
+
+    def _held_elsewhere(self, name: str) -> bool:
+        """Whether weight ``name`` belongs to a part of the model another pipeline stage holds."""
+        module: nn.Module | None = self
+        for part in name.split(".")[:-1]:
+            module = getattr(module, part, None)
+            if module is None or isinstance(module, HeldElsewhere):
+                return module is not None
+        return False

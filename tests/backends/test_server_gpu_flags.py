@@ -1,0 +1,39 @@
+"""The server's GPU flags: --gpu-memory-utilization and --enforce-eager reach each engine's config, the
+utilization split between the engines as the KV budget is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from backends.engine import async_engine, llm_engine
+from backends.engine.config import EngineConfig
+from backends.server import build_engine, parse_args
+
+
+def test_defaults_are_vllms() -> None:
+    args = parse_args([])
+    assert args.gpu_memory_utilization == 0.9 and args.enforce_eager is False
+
+
+def test_the_flags_reach_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    configs: list[EngineConfig] = []
+
+    class FakeEngine:
+        model_name, max_model_len = "m", 128
+
+        def __init__(self, config: EngineConfig, **kwargs: Any) -> None:
+            configs.append(config)
+
+    monkeypatch.setattr(llm_engine, "LLMEngine", FakeEngine)
+    monkeypatch.setattr(async_engine, "AsyncLLMEngine", lambda engine, **kwargs: engine)
+    args = parse_args(["--gpu-memory-utilization", "0.6", "--enforce-eager"])
+    build_engine(args, "smollm2-135m", share=2)
+    assert configs[0].gpu_memory_utilization == pytest.approx(0.3)  # two engines share the GPU
+    assert configs[0].enforce_eager is True
+
+
+def test_a_utilization_outside_zero_to_one_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--gpu-memory-utilization", "1.2"])

@@ -32,6 +32,7 @@ from backends.serving.protocol import (
 from backends.serving.state import ServingState
 from backends.serving.stream import ChunkMaker, DeltaCursor, usage_of
 from backends.serving.tracing import RequestTrace
+from backends.serving.unsupported import refuse_unsupported
 
 
 def chat_logprobs(entries: list[tuple[Logprob, list[Logprob]]]) -> ChatLogprobs:
@@ -62,6 +63,7 @@ class ChatEndpoint:
     async def prepare(
         self, body: ChatCompletionRequest, engine: AsyncEngineLike
     ) -> tuple[list[int], SamplingParams]:
+        refuse_unsupported(body)  # before anything is built or queued
         params = chat_params(body)
         # a turn ends at the template's end-of-turn token too (Gemma's <end_of_turn>), as vLLM stops on
         # every eos id of generation_config; a base model's file names only <eos>

@@ -28,6 +28,7 @@ from backends.serving.protocol import (
 from backends.serving.state import ServingState
 from backends.serving.stream import DONE, SSE_HEADERS, ChunkMaker, DeltaCursor, usage_of
 from backends.serving.tracing import RequestTrace
+from backends.serving.unsupported import refuse_unsupported
 
 
 def completion_logprobs(
@@ -55,6 +56,7 @@ class CompletionEndpoint:
     async def prepare(
         self, body: CompletionRequest, engine: AsyncEngineLike
     ) -> tuple[list[int], SamplingParams]:
+        refuse_unsupported(body)  # before anything is built or queued
         params = completion_params(body)
         tokenizer = engine.engine.tokenizer
         prompt_ids = await completion_prompt_ids(tokenizer, "" if body.prompt is None else body.prompt)

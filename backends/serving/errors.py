@@ -8,6 +8,7 @@
     |   +-- InvalidJSON               (400 invalid_json)
     |   +-- ContextLengthExceeded     (400 context_length_exceeded)
     |   +-- UnsupportedValue          (400 unsupported_value: valid OpenAI, not served by this engine)
+    |   +-- UnsupportedParameter      (400 unsupported_parameter: a feature not served yet, e.g. tools)
     +-- ModelNotFound                 (404 model_not_found)
     +-- QueueFull                     (429 queue_full, Retry-After: 1)
     +-- NotReady                      (503 model_not_ready, Retry-After: 1)
@@ -92,6 +93,12 @@ class UnsupportedValue(InvalidRequest):
     """A value OpenAI's API accepts that this engine does not serve (``echo``, ``suffix``, ...)."""
 
     default_code = "unsupported_value"
+
+
+class UnsupportedParameter(InvalidRequest):
+    """A field asking for a feature this engine does not serve yet (``tools``, ``response_format``, ...)."""
+
+    default_code = "unsupported_parameter"
 
 
 class ModelNotFound(ServingError):

@@ -2,8 +2,10 @@
 
 Requests accept and ignore unknown fields (OpenAI adds fields often); the vLLM extras the engine
 understands (``top_k``, ``min_p``, ``repetition_penalty``, ``ignore_eos``, ``stop_token_ids``,
-``priority``, ``cache_salt``) are declared. Responses are declared field by field so they encode
-exactly as OpenAI's; fields left ``UNSET`` are left out of the JSON, as OpenAI leaves them out.
+``priority``, ``cache_salt``) are declared. So are the fields of features the engine does not serve
+yet (tool calling, structured outputs, audio), typed ``Any``: ``unsupported.py`` refuses them rather
+than ignore them. Responses are declared field by field so they encode exactly as OpenAI's; fields
+left ``UNSET`` are left out of the JSON, as OpenAI leaves them out.
 """
 
 from __future__ import annotations
@@ -74,6 +76,13 @@ class _SamplingFields(msgspec.Struct, kw_only=True):
     stop_token_ids: list[int] | None = None
     priority: int = 0
     cache_salt: str | None = None
+    # not served yet: refused by unsupported.refuse_unsupported unless null (or a no-op value)
+    response_format: Any = None
+    structured_outputs: Any = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
 
 
 class ChatCompletionRequest(_SamplingFields, kw_only=True):
@@ -85,6 +94,11 @@ class ChatCompletionRequest(_SamplingFields, kw_only=True):
     logprobs: bool | None = None
     top_logprobs: NumLogprobs | None = None
     add_generation_prompt: bool = True
+    # not served yet: refused by unsupported.refuse_unsupported unless null (or a no-op value)
+    tools: Any = None
+    tool_choice: Any = None
+    modalities: Any = None
+    audio: Any = None
 
 
 class CompletionRequest(_SamplingFields, kw_only=True):

@@ -78,6 +78,7 @@ def rows(endpoints: tuple[str, ...], field: str, accepted: list[Any], refused: l
 SAMPLING = (CHAT, TEXT)
 ALL = (CHAT, TEXT, EMBED)
 WITH_LOGPROBS = (("logprobs", True),)
+TOOL = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
 MESSAGES_OK = [
     [{"role": "developer", "content": "Be brief"}, {"role": "user", "content": "Hi"}],
     [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
@@ -136,6 +137,9 @@ CONTRACT: list[Row] = [
     *rows((TEXT,), "echo", [False, None], ["yes"]),
     *rows((TEXT,), "best_of", [1, None], [-1, 21, "1"]),
     *rows((TEXT,), "suffix", ["", None], [5]),
+    *rows((CHAT,), "tools", [[], None], ["x", [1]]),
+    Row(CHAT, "tools", [TOOL], True, (("tool_choice", "none"),)),  # told not to call them: no-op
+    *rows((CHAT,), "response_format", [{"type": "text"}, None], ["json", 5]),
 ]  # fmt: skip
 
 CAPABILITIES: list[Row] = [
@@ -148,6 +152,18 @@ CAPABILITIES: list[Row] = [
     Row(CHAT, "max_tokens", 100_000, True),  # past this model's context
     Row(EMBED, "input", [1, 2], True),  # token ids
     Row(EMBED, "dimensions", 8, True),
+    # tool calling, structured outputs and audio: refused (unsupported_parameter), never silently dropped
+    Row(CHAT, "tools", [TOOL], True),
+    Row(CHAT, "tool_choice", "auto", True),
+    *[Row(e, "response_format", {"type": "json_object"}, True) for e in SAMPLING],
+    Row(CHAT, "response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}, True),
+    *[Row(e, "guided_json", {"type": "object"}, True) for e in SAMPLING],
+    Row(TEXT, "guided_regex", "[a-z]+", True),
+    Row(CHAT, "guided_choice", ["yes", "no"], True),
+    Row(CHAT, "guided_grammar", 'root ::= "yes"', True),
+    Row(CHAT, "structured_outputs", {"json": {"type": "object"}}, True),
+    Row(CHAT, "modalities", ["text", "audio"], True),
+    Row(CHAT, "audio", {"voice": "alloy", "format": "wav"}, True),
 ]  # fmt: skip
 
 

@@ -1,0 +1,104 @@
+"""Fields of features the engine does not serve yet are refused (400 ``unsupported_parameter``), never
+silently dropped; their no-op values, and other unknown fields, are accepted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+
+from tests.backends.serving.fake_engine import MODEL
+from tests.backends.serving.harness import assert_error, chat, post
+
+CHAT = "/v1/chat/completions"
+TEXT = "/v1/completions"
+TOOL = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+SCHEMA = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+GUIDED: list[tuple[str, Any]] = [
+    ("structured_outputs", {"json": {"type": "object"}}),
+    ("guided_json", {"type": "object"}),
+    ("guided_regex", "[a-z]+"),
+    ("guided_choice", ["yes", "no"]),
+    ("guided_grammar", 'root ::= "yes"'),
+]
+CHAT_REFUSED: list[tuple[str, dict[str, Any]]] = [
+    ("tools", {"tools": [TOOL]}),
+    ("tools", {"tools": [TOOL], "tool_choice": "auto"}),
+    ("tools", {"tools": [TOOL], "tool_choice": "required"}),
+    ("tool_choice", {"tool_choice": "auto"}),
+    ("tool_choice", {"tool_choice": {"type": "function", "function": {"name": "weather"}}}),
+    ("response_format", {"response_format": {"type": "json_object"}}),
+    ("response_format", {"response_format": SCHEMA}),
+    ("modalities", {"modalities": ["text", "audio"]}),
+    ("audio", {"audio": {"voice": "alloy", "format": "wav"}}),
+    *[(field, {field: value}) for field, value in GUIDED],
+]
+TEXT_REFUSED: list[tuple[str, dict[str, Any]]] = [
+    ("response_format", {"response_format": {"type": "json_object"}}),
+    *[(field, {field: value}) for field, value in GUIDED],
+]
+CHAT_ACCEPTED: list[dict[str, Any]] = [
+    {"tools": []},
+    {"tools": None},
+    {"tool_choice": "none"},
+    {"tool_choice": None},
+    {"tools": [TOOL], "tool_choice": "none"},
+    {"response_format": {"type": "text"}},
+    {"response_format": None},
+    {"modalities": ["text"]},
+    {"audio": None, "guided_json": None, "structured_outputs": None},
+    {"some_future_openai_field": {"x": 1}},
+]
+TEXT_ACCEPTED: list[dict[str, Any]] = [
+    {"response_format": {"type": "text"}},
+    {"guided_regex": None},
+    {"some_future_openai_field": 1},
+    {"tools": [TOOL]},  # no such field on text completions: unknown, ignored
+]
+
+
+@pytest.mark.parametrize(("param", "fields"), CHAT_REFUSED, ids=lambda v: str(v)[:40])
+def test_chat_refuses_what_it_does_not_serve(base_url: str, param: str, fields: dict[str, Any]) -> None:
+    for stream in (False, True):
+        response = post(base_url, CHAT, chat(stream=stream, **fields))
+        assert_error(response, 400, "unsupported_parameter", param)
+        error = response.json()["error"]
+        assert error["type"] == "invalid_request_error"
+        assert "does not support" in error["message"] and "vLLM" in error["message"]
+
+
+@pytest.mark.parametrize(("param", "fields"), TEXT_REFUSED, ids=lambda v: str(v)[:40])
+def test_completions_refuse_what_they_do_not_serve(base_url: str, param: str, fields: dict[str, Any]) -> None:
+    response = post(base_url, TEXT, {"model": MODEL, "prompt": "hi", "max_tokens": 2, **fields})
+    assert_error(response, 400, "unsupported_parameter", param)
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("fields", CHAT_ACCEPTED, ids=lambda v: str(v)[:40])
+def test_chat_accepts_the_no_op_values(base_url: str, fields: dict[str, Any]) -> None:
+    response = post(base_url, CHAT, chat(max_tokens=2, **fields))
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize("fields", TEXT_ACCEPTED, ids=lambda v: str(v)[:40])
+def test_completions_accept_the_no_op_values(base_url: str, fields: dict[str, Any]) -> None:
+    response = post(base_url, TEXT, {"model": MODEL, "prompt": "hi", "max_tokens": 2, **fields})
+    assert response.status_code == 200, response.text
+
+
+def test_the_sdk_sees_a_bad_request_naming_the_field(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Hi"}],
+            tools=[TOOL],  # type: ignore[list-item]
+        )
+    assert info.value.code == "unsupported_parameter"
+    assert info.value.param == "tools"
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Hi"}], response_format={"type": "json_object"}
+        )
+    assert (info.value.code, info.value.param) == ("unsupported_parameter", "response_format")

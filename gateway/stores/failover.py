@@ -14,11 +14,12 @@ it answers the circuit closes, so recovery needs no restart. A request admitted 
 settled there too (its reservation and leases live there); the ledger it records there is added to
 the primary's in ``usage``.
 
-The fallback's leases are unknown to the primary: once it answers again, it would grant a key its
-whole ``max_concurrent`` beside the requests the fallback let in, which still run. So until those end,
-each of them counts against the primary's grant: an admission goes to the primary with every
-concurrency limit lowered by the leases this process's fallback still holds under the same scope
-(``_FallbackLeases``), and the bound holds across the transition.
+Each store's leases are unknown to the other, so a transition could let a key run up to twice its
+``max_concurrent``: the fallback would grant it whole beside the requests Redis admitted that still
+run, and Redis, once back, beside those the fallback let in. So until they end, the requests one store
+admitted count against the other's grant: an admission goes to a store with every concurrency limit
+lowered by the leases this process's requests hold in the other under the same scope
+(``_LiveLeases``, one book per store), and the bound holds across both transitions.
 
 A request the primary admitted is settled in the primary, in both modes: a settle it cannot take now
 (it failed, or the circuit is open) is kept and handed to it again before anything else once it
@@ -47,9 +48,9 @@ T = TypeVar("T")
 _MAX_TRACKED_IDS = 100_000  # fallback-admitted request ids awaiting their settle; settles kept
 
 
-class _FallbackLeases:
-    """The requests the fallback admitted that have not ended, and the concurrency leases they hold
-    there, per (tenant, scope)."""
+class _LiveLeases:
+    """The requests one store admitted that have not ended, and the concurrency leases they hold there,
+    per (tenant, scope)."""
 
     def __init__(self) -> None:
         self._by_id: OrderedDict[str, tuple[tuple[str, str], ...]] = OrderedDict()
@@ -61,6 +62,8 @@ class _FallbackLeases:
     def add(self, admission: Admission) -> None:
         tenant = admission.tenant
         scopes = tuple((tenant, r.scope) for r in admission.rules if r.max_concurrent is not None)
+        if not scopes:
+            return
         self._by_id[admission.request_id] = scopes
         for scope in scopes:
             self.held[scope] = self.held.get(scope, 0) + 1
@@ -76,7 +79,7 @@ class _FallbackLeases:
                 del self.held[scope]
 
     def counted_against(self, admission: Admission) -> Admission:
-        """``admission`` with each concurrency limit lowered by the leases the fallback holds under it."""
+        """``admission`` with each concurrency limit lowered by the leases held under it."""
         held, tenant = self.held, admission.tenant
         if not any((tenant, r.scope) in held for r in admission.rules if r.max_concurrent is not None):
             return admission
@@ -122,7 +125,10 @@ class FailoverStore:
         self._clock = clock
         self._open_until: float | None = None  # None: circuit closed
         self._probing = False
-        self._fallback_leases = _FallbackLeases()
+        self._fallback_leases = _LiveLeases()
+        """Leases of the requests the fallback admitted, until they end (they count against Redis)."""
+        self._primary_leases = _LiveLeases()
+        """Leases of the requests the primary admitted, until they end (they count against the fallback)."""
         self._unsettled: OrderedDict[str, Settlement] = OrderedDict()
         """Settles of requests the primary admitted, kept until it answers again."""
         self._recovery: asyncio.Task[None] | None = None
@@ -138,17 +144,22 @@ class FailoverStore:
         try:
             if self._open_until is None and not self._unsettled and not self._fallback_leases.held:
                 try:  # the common case, without a closure
-                    return await self.primary.admit(admission)
+                    decision = await self.primary.admit(admission)
                 except StoreUnavailable as exc:
                     self._trip(exc)
                     raise
-            counted = self._fallback_leases.counted_against(admission)
-            return await self._on_primary(lambda: self.primary.admit(counted))
+            else:
+                counted = self._fallback_leases.counted_against(admission)
+                decision = await self._on_primary(lambda: self.primary.admit(counted))
+            if decision.allowed and admission.request_id:  # no id: a bare hit, nothing to settle
+                self._primary_leases.add(admission)
+            return decision
         except StoreUnavailable:
             if self.mode == "fail_closed":
                 raise
-        decision = await self._use_fallback("admit", lambda: self.fallback.admit(admission))
-        if decision.allowed and admission.request_id:  # no id: a bare hit, nothing to settle
+        counted = self._primary_leases.counted_against(admission)
+        decision = await self._use_fallback("admit", lambda: self.fallback.admit(counted))
+        if decision.allowed and admission.request_id:
             self._fallback_leases.add(admission)
         return decision
 
@@ -157,6 +168,7 @@ class FailoverStore:
             self._fallback_leases.remove(settlement.request_id)
             await self._use_fallback("settle", lambda: self.fallback.settle(settlement))
             return
+        self._primary_leases.remove(settlement.request_id)  # it ended, whenever Redis hears of it
         if self._open_until is None:
             try:
                 await self.primary.settle(settlement)

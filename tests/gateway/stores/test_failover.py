@@ -119,7 +119,7 @@ async def test_fail_closed_raises_with_a_retry_hint() -> None:
 
 async def test_a_request_is_settled_where_it_was_admitted() -> None:
     store, primary, fallback, clock, used = make("fail_open")
-    rule = LimitRule(scope="key:k1", tokens_per_minute=100_000, max_concurrent=1)
+    rule = LimitRule(scope="key:k1", tokens_per_minute=100_000, max_concurrent=2)
     on_primary = admission(rule, now_s=T0, reserve_tokens=500)
     assert (await store.admit(on_primary)).allowed
     primary.is_down = True
@@ -305,3 +305,20 @@ async def test_the_concurrency_bound_holds_across_a_real_redis_freeze(own_redis:
     finally:
         own_redis.proc.send_signal(signal.SIGCONT)
         await store.close()
+
+
+async def test_primary_leases_count_against_the_fallback_until_their_requests_end() -> None:
+    """Into an outage: the requests Redis admitted still run, so the fallback does not grant the whole
+    max_concurrent again beside them."""
+    store, primary, _fallback, _clock, _used = make("fail_open")
+    rule = LimitRule(scope="key:k1", max_concurrent=4)
+    before = [admission(rule, now_s=T0) for _ in range(3)]
+    assert all([(await store.admit(adm)).allowed for adm in before])
+    primary.is_down = True
+    granted = [(await store.admit(admission(rule, now_s=T0 + 1))).allowed for _ in range(3)]
+    assert granted == [True, False, False]  # 3 running under Redis's leases + 1 here
+    assert store.is_degraded
+    await store.settle(settlement(before[0]))  # kept for Redis, and its slot is free here at once
+    assert (await store.admit(admission(rule, now_s=T0 + 2))).allowed
+    assert not (await store.admit(admission(rule, now_s=T0 + 2))).allowed
+    await store.close()

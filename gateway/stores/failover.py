@@ -50,33 +50,50 @@ _MAX_TRACKED_IDS = 100_000  # fallback-admitted request ids awaiting their settl
 
 class _LiveLeases:
     """The requests one store admitted that have not ended, and the concurrency leases they hold there,
-    per (tenant, scope)."""
+    per (tenant, scope). Counting per scope can wait until it is needed (``counting=False``): keeping
+    the book is then one dict write per request and one pop, and ``start_counting`` adds it up once."""
 
-    def __init__(self) -> None:
-        self._by_id: OrderedDict[str, tuple[tuple[str, str], ...]] = OrderedDict()
+    def __init__(self, *, counting: bool = True) -> None:
+        self._by_id: dict[str, Admission] = {}
         self.held: dict[tuple[str, str], int] = {}
+        self.counting = counting
 
     def __contains__(self, request_id: str) -> bool:
         return request_id in self._by_id
 
     def add(self, admission: Admission) -> None:
-        tenant = admission.tenant
-        scopes = tuple((tenant, r.scope) for r in admission.rules if r.max_concurrent is not None)
-        if not scopes:
-            return
-        self._by_id[admission.request_id] = scopes
-        for scope in scopes:
-            self.held[scope] = self.held.get(scope, 0) + 1
-        while len(self._by_id) > _MAX_TRACKED_IDS:
-            self.remove(next(iter(self._by_id)))
+        by_id = self._by_id
+        by_id[admission.request_id] = admission
+        if self.counting:
+            self._count(admission, 1)
+        if len(by_id) > _MAX_TRACKED_IDS:
+            self.remove(next(iter(by_id)))
 
     def remove(self, request_id: str) -> None:
-        for scope in self._by_id.pop(request_id, ()):
-            left = self.held[scope] - 1
-            if left:
-                self.held[scope] = left
-            else:
-                del self.held[scope]
+        admission = self._by_id.pop(request_id, None)
+        if admission is not None and self.counting:
+            self._count(admission, -1)
+
+    def start_counting(self) -> None:
+        self.counting = True
+        self.held = {}
+        for admission in self._by_id.values():
+            self._count(admission, 1)
+
+    def stop_counting(self) -> None:
+        self.counting = False
+        self.held = {}
+
+    def _count(self, admission: Admission, step: int) -> None:
+        held, tenant = self.held, admission.tenant
+        for rule in admission.rules:
+            if rule.max_concurrent is not None:
+                scope = (tenant, rule.scope)
+                left = held.get(scope, 0) + step
+                if left:
+                    held[scope] = left
+                else:
+                    del held[scope]
 
     def counted_against(self, admission: Admission) -> Admission:
         """``admission`` with each concurrency limit lowered by the leases held under it."""
@@ -127,8 +144,9 @@ class FailoverStore:
         self._probing = False
         self._fallback_leases = _LiveLeases()
         """Leases of the requests the fallback admitted, until they end (they count against Redis)."""
-        self._primary_leases = _LiveLeases()
-        """Leases of the requests the primary admitted, until they end (they count against the fallback)."""
+        self._primary_leases = _LiveLeases(counting=False)
+        """Leases of the requests the primary admitted, until they end (they count against the fallback;
+        added up only while it serves)."""
         self._unsettled: OrderedDict[str, Settlement] = OrderedDict()
         """Settles of requests the primary admitted, kept until it answers again."""
         self._recovery: asyncio.Task[None] | None = None
@@ -157,6 +175,8 @@ class FailoverStore:
         except StoreUnavailable:
             if self.mode == "fail_closed":
                 raise
+        if not self._primary_leases.counting:  # the outage's first fallback admission
+            self._primary_leases.start_counting()
         counted = self._primary_leases.counted_against(admission)
         decision = await self._use_fallback("admit", lambda: self.fallback.admit(counted))
         if decision.allowed and admission.request_id:
@@ -285,6 +305,7 @@ class FailoverStore:
             self._probing = False
         if self._open_until is not None:
             self._open_until = None
+            self._primary_leases.stop_counting()
             self._log.warning("rate-limit store is back; leaving %s mode", self.mode)
         return result
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from backends.engine.structured_output.spec import StructuredOutput
+
 MAX_LOGPROBS = 20
 
 
@@ -31,6 +33,8 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logprobs: int | None = None
     """None is off; k >= 0 returns the sampled token's logprob plus the top k."""
+    structured: StructuredOutput | None = None
+    """What the output must match (a JSON schema, a regex, a grammar, ...); None is free text."""
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""

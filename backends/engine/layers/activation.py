@@ -6,15 +6,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from backends.engine.kernels import cpu_pointwise
+from backends.engine.kernels import pointwise
 
 
 class SiluAndMul(nn.Module):
-    """SiLU(gate) * up; on the CPU in one pass (``kernels/pointwise.c``): torch's two ops read and write
-    the prefill's megabyte-sized gate|up three times."""
+    """SiLU(gate) * up in one pass (``kernels/pointwise.py``: C on the CPU, Triton on a GPU): torch's two
+    ops read and write the prefill's megabyte-sized gate|up three times."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        kernel = cpu_pointwise.load()
+        kernel = pointwise.for_device(x.device)
         if kernel is not None and kernel.supports(x):
             return kernel.silu_and_mul(x)
         return self.reference(x)

@@ -1,12 +1,12 @@
-"""RMSNorm, computed in fp32 like Hugging Face's; on the CPU one pass per row (``kernels/pointwise.c``),
-with the residual add before it fused in."""
+"""RMSNorm, computed in fp32 like Hugging Face's; one pass per row with the residual add before it fused
+in (``kernels/pointwise.py``: ``pointwise.c`` on the CPU, Triton on a GPU)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from backends.engine.kernels import cpu_pointwise
+from backends.engine.kernels import pointwise
 
 
 class RMSNorm(nn.Module):
@@ -32,9 +32,9 @@ class RMSNorm(nn.Module):
         residual.add_(x)
         return self.reference(residual), residual
 
-    def _kernel(self) -> cpu_pointwise.CpuPointwise | None:
-        """The fused kernel, where it takes rows this wide."""
-        return cpu_pointwise.load() if len(self.weight) <= cpu_pointwise.MAX_HIDDEN else None
+    def _kernel(self) -> pointwise.Pointwise | None:
+        """The fused kernel of the weight's device, where it takes rows this wide."""
+        return pointwise.for_device(self.weight.device) if len(self.weight) <= pointwise.MAX_HIDDEN else None
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """The torch ops, as transformers' LlamaRMSNorm; what the kernel is tested against."""

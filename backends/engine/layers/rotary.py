@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from backends.engine.kernels import cpu_pointwise
+from backends.engine.kernels import pointwise
 
 
 def compute_inv_freq(
@@ -88,12 +88,12 @@ class RotaryEmbedding(nn.Module):
 
     def rotate_in_place(self, positions: torch.Tensor, x: torch.Tensor, num_heads: int) -> bool:
         """Rotates the first ``num_heads`` heads of each row of x ([tokens, row]: a fused q|k|v output,
-        q's heads then k's) in place with the CPU kernel, one pass; False (x untouched) where the kernel
+        q's heads then k's) in place with the device's kernel, one pass; False (x untouched) where the kernel
         does not apply, and ``forward`` is the way."""
-        kernel = cpu_pointwise.load()
+        kernel = pointwise.for_device(x.device)
         if (
             kernel is None
-            or self.cos.shape[-1] > cpu_pointwise.MAX_HEAD_DIM
+            or self.cos.shape[-1] > pointwise.MAX_HEAD_DIM
             or x.dim() != 2
             or positions.dtype != torch.long
             or not kernel.supports(x, self.cos, self.sin)

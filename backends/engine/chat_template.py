@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import Any
 
 import jinja2
+import jinja2.meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 GEMMA3_CHAT_TEMPLATE = (
@@ -68,14 +69,31 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, sort_
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, sort_keys=sort_keys)
 
 
-@lru_cache(maxsize=8)
-def _compile(template: str) -> jinja2.Template:
+def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
     )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
-    return env.from_string(template)
+    return env
+
+
+@lru_cache(maxsize=8)
+def _compile(template: str) -> jinja2.Template:
+    return _environment().from_string(template)
+
+
+@lru_cache(maxsize=8)
+def template_variables(template: str) -> frozenset[str]:
+    """The context names a template reads (``messages``, ``tools``, ...); empty if it does not parse.
+
+    A template that reads ``tools`` renders tool definitions itself (Qwen, Llama 3.1, Hermes); others
+    get them written into the system prompt by the server (``backends/serving/tools/template.py``).
+    """
+    try:
+        return frozenset(jinja2.meta.find_undeclared_variables(_environment().parse(template)))
+    except jinja2.TemplateError:
+        return frozenset()
 
 
 def render_chat_template(

@@ -34,6 +34,8 @@ from backends.engine.scheduler import Scheduler, SchedulerOutput
 from backends.engine.sequence import Sequence, SequenceStatus
 from backends.engine.spec_decode import SpecDecodeStats, build_proposer, verify
 from backends.engine.stats import EngineStats
+from backends.engine.structured_output.compiler import GrammarCompiler, GrammarCompilerConfig
+from backends.engine.structured_output.matcher import SequenceGrammar
 from backends.engine.tokenizer import Tokenizer
 from backends.openmp import default_num_threads
 
@@ -63,9 +65,11 @@ class LLMEngine:
         *,
         loader: ModelLoader | None = None,
         graph_capturer: GraphCapturer | None = None,
+        grammar_config: GrammarCompilerConfig | None = None,
     ) -> None:
         """``graph_capturer``: captures the decode graphs (default CUDA's on CUDA, none elsewhere;
-        tests pass ``cuda_graphs.EagerGraphCapturer`` to run the graph path on the CPU)."""
+        tests pass ``cuda_graphs.EagerGraphCapturer`` to run the graph path on the CPU).
+        ``grammar_config``: how structured-output constraints compile (the defaults unless given)."""
         self.config = config
         self.device = torch.device(_resolve_device(config.device))
         if self.device.type == "cpu":
@@ -170,6 +174,9 @@ class LLMEngine:
         self._seq_ids = itertools.count()
         self._arrivals = itertools.count()
         self.num_prompt_tokens = 0
+        self.grammar_compiler = GrammarCompiler(self.tokenizer, cfg.vocab_size, grammar_config)
+        """Structured outputs' constraints, compiled once each (thread-safe: a server compiles off its
+        event loop, and ``add_request`` finds them cached)."""
 
     @property
     def num_generated_tokens(self) -> int:
@@ -211,6 +218,8 @@ class LLMEngine:
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already running")
         ids = self.tokenize_prompt(prompt, params)
+        # structured outputs: compiled (or found in the cache) before the request holds any state
+        grammar = self.grammar_compiler.compile(params.structured) if params.structured is not None else None
         arrival = next(self._arrivals)
         seqs = [
             Sequence(
@@ -228,6 +237,7 @@ class LLMEngine:
         for seq in seqs:
             seq.detokenizer = IncrementalDetokenizer(self.tokenizer, len(ids))
             seq.logprobs = [] if params.logprobs is not None else None
+            seq.grammar = SequenceGrammar(grammar) if grammar is not None else None  # one per completion
             if not params.is_greedy:
                 seed = self._rng.getrandbits(62) if params.seed is None else params.seed + seq.index
                 seq.generator = torch.Generator(device=self.device).manual_seed(seed)

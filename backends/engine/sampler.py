@@ -1,4 +1,5 @@
-"""Logits -> next tokens: penalties, temperature, top-k / top-p / min-p, seeded sampling, logprobs.
+"""Logits -> next tokens: grammar masks, penalties, temperature, top-k / top-p / min-p, seeded sampling,
+logprobs.
 
 Every random draw comes from the sequence's own ``torch.Generator``, so a seeded request gets the same
 tokens whatever else shares its batch.
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from backends.engine.sequence import Sequence
+from backends.engine.structured_output.bitmask import apply_grammars
 
 
 @dataclass
@@ -28,6 +30,9 @@ class Sampler:
     @torch.inference_mode()
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SampleResult:
         logits = logits.float()
+        grammars = [s.grammar for s in seqs]
+        if any(g is not None for g in grammars):  # structured outputs: refused tokens are -inf from here on
+            apply_grammars(logits, grammars)
         want_logprobs = [s.params.logprobs is not None for s in seqs]
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(want_logprobs) else None
         for i, seq in enumerate(seqs):

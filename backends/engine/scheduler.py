@@ -286,6 +286,12 @@ class Scheduler:
         stop_token = (token == self.eos_token_id and not seq.params.ignore_eos) or (
             token in seq.params.stop_token_ids
         )
+        if seq.grammar is not None:  # structured: the grammar follows every appended token
+            if not seq.grammar.accept(token):
+                seq.error = f"token {token} is outside the request's grammar"
+                self.finish(seq, "error")
+                return
+            stop_token = stop_token or seq.grammar.is_terminated  # its stop token: nothing may follow
         # its text grows either way; a stop token ends it before any stop string is looked for
         at_stop_string = append_text(seq, find_stop=not stop_token)
         reason = "stop" if stop_token or at_stop_string else self._length_reason(seq)

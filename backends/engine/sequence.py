@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import torch
 
     from backends.engine.outputs import Logprob
+    from backends.engine.structured_output.matcher import SequenceGrammar
 
 
 FREED_BLOCK = -1
@@ -76,6 +77,9 @@ class Sequence:
     detokenizer: Any = None
     """The ``detokenizer.IncrementalDetokenizer`` the engine attaches."""
     num_preemptions: int = 0
+    grammar: SequenceGrammar | None = None
+    """Where its output stands in the request's grammar (structured outputs); None: free text. The
+    scheduler advances it with every token it appends."""
 
     def __post_init__(self) -> None:
         if not self.num_prompt_tokens:

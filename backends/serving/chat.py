@@ -1,4 +1,9 @@
-"""``POST /v1/chat/completions``: messages rendered with the model's chat template, plain or streamed."""
+"""``POST /v1/chat/completions``: messages rendered with the model's chat template, plain or streamed.
+
+With ``tools`` the prompt shows them and the reply is read for calls (``tools/``): a plain reply's calls
+become ``message.tool_calls``, a stream's become tool-call deltas, and the finish reason is
+``tool_calls``; a forced choice (``required``, a named function) constrains the output to calls.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,8 @@ from backends.engine.outputs import CompletionOutput, Logprob, RequestOutput
 from backends.engine.sampling_params import SamplingParams
 from backends.serving.endpoint import MIN_LOGPROB, serve_endpoint, wants_usage
 from backends.serving.engine_client import AsyncEngineLike
-from backends.serving.errors import EngineFailed
-from backends.serving.params import chat_params
+from backends.serving.errors import EngineFailed, InvalidRequest
+from backends.serving.params import chat_params, compile_structured
 from backends.serving.prompt import chat_prompt_ids
 from backends.serving.protocol import (
     AssistantMessage,
@@ -25,12 +30,18 @@ from backends.serving.protocol import (
     ChatLogprobs,
     ChatMessage,
     TokenLogprob,
+    ToolCall,
+    ToolCallFunction,
     TopLogprob,
     Usage,
     encoder,
 )
 from backends.serving.state import ServingState
 from backends.serving.stream import ChunkMaker, DeltaCursor, usage_of
+from backends.serving.tools.grammar import forced_calls
+from backends.serving.tools.parser import new_call_id, parse_tool_calls
+from backends.serving.tools.spec import parses_tool_calls, tool_request
+from backends.serving.tools.stream import ToolCallStream
 from backends.serving.tracing import RequestTrace
 from backends.serving.unsupported import refuse_unsupported
 
@@ -64,7 +75,17 @@ class ChatEndpoint:
         self, body: ChatCompletionRequest, engine: AsyncEngineLike
     ) -> tuple[list[int], SamplingParams]:
         refuse_unsupported(body)  # before anything is built or queued
+        tools = tool_request(body)
         params = chat_params(body)
+        if tools is not None and tools.is_forced:
+            if params.structured is not None:
+                raise InvalidRequest(
+                    "A forced tool call (tool_choice 'required' or a named function) cannot be combined "
+                    "with response_format or structured outputs.",
+                    param="tool_choice",
+                )
+            params.structured = forced_calls(tools)
+        await compile_structured(engine, body, params)  # off the event loop; a bad schema is a 400
         # a turn ends at the template's end-of-turn token too (Gemma's <end_of_turn>), as vLLM stops on
         # every eos id of generation_config; a base model's file names only <eos>
         end_of_turn = getattr(engine.engine.tokenizer, "chat_stop_token_ids", ())
@@ -73,6 +94,7 @@ class ChatEndpoint:
             engine.engine.tokenizer,
             [_as_template_role(m) for m in body.messages],
             add_generation_prompt=body.add_generation_prompt,
+            tools=tools,
         )
         return prompt_ids, params
 
@@ -88,7 +110,7 @@ class ChatEndpoint:
             id=request_id,
             created=created,
             model=model,
-            choices=[_choice(c, bool(body.logprobs)) for c in last.outputs],
+            choices=[_choice(c, body) for c in last.outputs],
             usage=usage_of(last),
         )
         return encoder.encode(completion)
@@ -96,6 +118,8 @@ class ChatEndpoint:
     def chunk_maker(
         self, request_id: str, created: int, model: str, body: ChatCompletionRequest
     ) -> ChunkMaker:
+        if parses_tool_calls(body):
+            return _tool_chunk_maker(request_id, created, model, bool(body.logprobs), _max_calls(body))
         return _chunk_maker(request_id, created, model, bool(body.logprobs))
 
     def usage_maker(
@@ -120,16 +144,33 @@ def _as_template_role(message: ChatMessage) -> ChatMessage:
     return ChatMessage(role="tool", content=message.content, name=message.name)
 
 
-def _choice(output: CompletionOutput, want_logprobs: bool) -> ChatChoice:
+def _max_calls(body: ChatCompletionRequest) -> int | None:
+    """``parallel_tool_calls: false`` keeps a reply's first call only."""
+    return 1 if body.parallel_tool_calls is False else None
+
+
+def _choice(output: CompletionOutput, body: ChatCompletionRequest) -> ChatChoice:
     if output.finish_reason == "error":
         raise EngineFailed(output.error or "The engine failed on this request.")
+    want_logprobs = bool(body.logprobs)
     logprobs = chat_logprobs(output.logprobs) if want_logprobs and output.logprobs is not None else None
-    return ChatChoice(
-        index=output.index,
-        message=AssistantMessage(role="assistant", content=output.text),
-        logprobs=logprobs,
-        finish_reason=output.finish_reason,
-    )
+    message = AssistantMessage(role="assistant", content=output.text)
+    finish_reason = output.finish_reason
+    if parses_tool_calls(body):
+        reply = parse_tool_calls(output.text, _max_calls(body))
+        message = AssistantMessage(role="assistant", content=reply.content)
+        if reply.calls:
+            message.tool_calls = [
+                ToolCall(id=new_call_id(), function=ToolCallFunction(name=c.name, arguments=c.arguments))
+                for c in reply.calls
+            ]
+            finish_reason = _tool_finish_reason(finish_reason)
+    return ChatChoice(index=output.index, message=message, logprobs=logprobs, finish_reason=finish_reason)
+
+
+def _tool_finish_reason(finish_reason: str | None) -> str | None:
+    """``tool_calls`` for a reply that made calls and ended by itself; a cut-off one stays ``length``."""
+    return "tool_calls" if finish_reason == "stop" else finish_reason
 
 
 def _chunk_maker(request_id: str, created: int, model: str, want_logprobs: bool) -> ChunkMaker:
@@ -147,6 +188,47 @@ def _chunk_maker(request_id: str, created: int, model: str, want_logprobs: bool)
         )
 
     return make_chunk
+
+
+def _tool_chunk_maker(
+    request_id: str, created: int, model: str, want_logprobs: bool, max_calls: int | None
+) -> ChunkMaker:
+    """Chunks of a reply read for tool calls: content and tool-call deltas, one delta a chunk."""
+    readers: dict[int, ToolCallStream] = {}
+
+    def make_chunks(output: CompletionOutput, text: str, cursor: DeltaCursor) -> list[bytes]:
+        reader = readers.setdefault(output.index, ToolCallStream(max_calls))
+        deltas = reader.feed(text)
+        finish_reason = None
+        if output.finish_reason is not None:
+            deltas += reader.finish()
+            finish_reason = (
+                _tool_finish_reason(output.finish_reason) if reader.num_calls else output.finish_reason
+            )
+            if not deltas:
+                deltas.append(ChatDelta())  # the finish chunk
+        chunks = []
+        for i, delta in enumerate(deltas):
+            if i == 0 and not cursor.is_started:
+                delta.role = "assistant"
+            logprobs = None
+            if i == 0 and want_logprobs and output.logprobs is not None:
+                start, end = cursor.take_tokens(output)  # the tokens of held text go with the next chunk
+                logprobs = chat_logprobs(output.logprobs[start:end])
+            choice = ChatChunkChoice(
+                index=output.index,
+                delta=delta,
+                logprobs=logprobs,
+                finish_reason=finish_reason if i == len(deltas) - 1 else None,
+            )
+            chunks.append(
+                encoder.encode(
+                    ChatCompletionChunk(id=request_id, created=created, model=model, choices=[choice])
+                )
+            )
+        return chunks
+
+    return make_chunks
 
 
 def _usage_maker(request_id: str, created: int, model: str) -> Callable[[Usage], bytes]:

@@ -14,7 +14,7 @@ from backends.engine.sampling_params import SamplingParams
 from backends.serving.endpoint import MIN_LOGPROB, serve_endpoint, wants_usage
 from backends.serving.engine_client import AsyncEngineLike
 from backends.serving.errors import EngineFailed
-from backends.serving.params import asks_for_no_tokens, completion_params
+from backends.serving.params import asks_for_no_tokens, compile_structured, completion_params
 from backends.serving.prompt import completion_prompt_ids
 from backends.serving.protocol import (
     Completion,
@@ -58,6 +58,7 @@ class CompletionEndpoint:
     ) -> tuple[list[int], SamplingParams]:
         refuse_unsupported(body)  # before anything is built or queued
         params = completion_params(body)
+        await compile_structured(engine, body, params)  # a bad schema is a 400 before anything is queued
         tokenizer = engine.engine.tokenizer
         prompt_ids = await completion_prompt_ids(tokenizer, "" if body.prompt is None else body.prompt)
         if not prompt_ids:  # no prompt: a new document, as OpenAI's default prompt <|endoftext|> starts one

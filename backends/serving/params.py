@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+import asyncio
+import json
+from typing import Any, TypeVar
 
 import msgspec
 
 from backends.engine.sampling_params import SamplingParams
+from backends.engine.structured_output.errors import GrammarError
+from backends.engine.structured_output.spec import StructuredOutput
 from backends.serving.errors import (
     ContextLengthExceeded,
     InvalidJSON,
@@ -93,7 +97,9 @@ def chat_params(request: ChatCompletionRequest) -> SamplingParams:
     max_tokens = (
         request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     )
-    return sampling_params(request, max_tokens=max_tokens, logprobs=logprobs)
+    params = sampling_params(request, max_tokens=max_tokens, logprobs=logprobs)
+    params.structured = structured_output(request)
+    return params
 
 
 def completion_params(request: CompletionRequest) -> SamplingParams:
@@ -106,7 +112,9 @@ def completion_params(request: CompletionRequest) -> SamplingParams:
         raise UnsupportedValue("best_of other than n is not supported", param="best_of")
     max_tokens = 16 if request.max_tokens is None else request.max_tokens
     # max_tokens 0 asks for no tokens at all: the handler answers without the engine (asks_for_no_tokens)
-    return sampling_params(request, max_tokens=max_tokens or 1, logprobs=request.logprobs)
+    params = sampling_params(request, max_tokens=max_tokens or 1, logprobs=request.logprobs)
+    params.structured = structured_output(request)
+    return params
 
 
 def asks_for_no_tokens(request: CompletionRequest) -> bool:
@@ -132,3 +140,137 @@ def check_context_length(num_prompt_tokens: int, params: SamplingParams, max_mod
             "completion.",
             param="max_tokens",
         )
+
+
+# -- structured outputs ------------------------------------------------------------------------------
+GUIDED_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
+"""vLLM's older structured-output fields, one constraint each."""
+_STRUCTURED_KEYS = {
+    "json": "json_schema",
+    "regex": "regex",
+    "choice": "choice",
+    "grammar": "grammar",
+    "json_object": "json_object",
+    "structural_tag": "structural_tag",
+}
+"""vLLM's ``structured_outputs`` keys -> the ``StructuredOutput`` field each sets."""
+_STRUCTURED_OPTIONS = frozenset(
+    {"disable_fallback", "disable_any_whitespace", "disable_additional_properties", "whitespace_pattern"}
+)
+"""vLLM's backend options beside the constraint: accepted and left to this engine's defaults."""
+
+
+def structured_param(request: ChatCompletionRequest | CompletionRequest) -> str | None:
+    """The request field that asks for a structured output (``response_format``, ``structured_outputs``
+    or a ``guided_*`` field); None for free text. A 400 when two of them do."""
+    given = [name for name in ("structured_outputs", *GUIDED_FIELDS) if getattr(request, name) is not None]
+    if not _is_text_format(request.response_format):
+        given.insert(0, "response_format")
+    if len(given) > 1:
+        raise InvalidRequest(
+            f"Only one structured-output constraint may be given; got {', '.join(given)}.", param=given[1]
+        )
+    return given[0] if given else None
+
+
+def structured_output(request: ChatCompletionRequest | CompletionRequest) -> StructuredOutput | None:
+    """What the request's output must match, read from whichever field asks for it (a 400 naming the
+    field when its shape is wrong; whether a schema or regex compiles is ``compile_structured``'s)."""
+    param = structured_param(request)
+    if param is None:
+        return None
+    value = getattr(request, param)
+    if param == "response_format":
+        return _response_format(value)
+    if param == "structured_outputs":
+        if not isinstance(value, dict):
+            raise InvalidRequest("structured_outputs must be an object", param=param)
+        unknown = set(value) - set(_STRUCTURED_KEYS) - _STRUCTURED_OPTIONS
+        if unknown:
+            raise InvalidRequest(f"structured_outputs has unknown keys: {sorted(unknown)}", param=param)
+        given = [key for key in _STRUCTURED_KEYS if value.get(key) not in (None, False)]
+        if len(given) != 1:
+            raise InvalidRequest(
+                f"structured_outputs sets exactly one of {', '.join(_STRUCTURED_KEYS)}; got "
+                f"{', '.join(given) or 'none'}",
+                param=param,
+            )
+        return _constraint(_STRUCTURED_KEYS[given[0]], value[given[0]], f"structured_outputs.{given[0]}")
+    kind = {"guided_json": "json_schema", "guided_choice": "choice"}.get(param, param.removeprefix("guided_"))
+    return _constraint(kind, value, param)
+
+
+def _response_format(value: Any) -> StructuredOutput:
+    param = "response_format"
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "json_object":
+        return StructuredOutput(json_object=True)
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, dict) or "schema" not in spec:
+            raise InvalidRequest(
+                "response_format.json_schema must be an object with a 'schema' (and a 'name')",
+                param="response_format.json_schema",
+            )
+        return _constraint("json_schema", spec["schema"], "response_format.json_schema.schema")
+    if not isinstance(value, dict):
+        raise InvalidRequest(
+            'Invalid value for \'response_format\': expected an object such as {"type": "json_object"}.',
+            param=param,
+        )
+    raise InvalidRequest(
+        "Invalid value for 'response_format': its 'type' must be one of 'text', 'json_object', "
+        f"'json_schema'; got {kind!r}.",
+        param=param,
+    )
+
+
+def _constraint(kind: str, value: Any, param: str) -> StructuredOutput:
+    """One constraint of ``kind`` (a ``StructuredOutput`` field) from a request's value."""
+    if kind == "json_schema":
+        if isinstance(value, str):  # vLLM takes the schema as JSON text too
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise InvalidRequest(f"{param} is not valid JSON", param=param) from None
+        if not isinstance(value, dict | bool):
+            raise InvalidRequest(f"{param} must be a JSON Schema (an object)", param=param)
+        return StructuredOutput(json_schema=json.dumps(value, ensure_ascii=False))
+    if kind == "json_object":
+        return StructuredOutput(json_object=True)
+    if kind == "choice":
+        if not isinstance(value, list) or not value or not all(isinstance(c, str) and c for c in value):
+            raise InvalidRequest(f"{param} must be a non-empty list of non-empty strings", param=param)
+        return StructuredOutput(choice=tuple(value))
+    if kind == "structural_tag" and isinstance(value, dict):
+        value = json.dumps(value, ensure_ascii=False)
+    if not isinstance(value, str) or not value:
+        raise InvalidRequest(f"{param} must be a non-empty string", param=param)
+    if kind == "regex":
+        return StructuredOutput(regex=value)
+    if kind == "grammar":
+        return StructuredOutput(grammar=value)
+    return StructuredOutput(structural_tag=value)
+
+
+def _is_text_format(response_format: Any) -> bool:
+    """No ``response_format``, or ``{"type": "text"}``: free text."""
+    return response_format is None or (
+        isinstance(response_format, dict) and response_format.get("type") == "text"
+    )
+
+
+async def compile_structured(
+    engine: Any, request: ChatCompletionRequest | CompletionRequest, params: SamplingParams
+) -> None:
+    """Compile the request's constraint in a worker thread (never on the event loop), so the engine's
+    step loop finds it cached; an invalid schema, regex or grammar is a 400 naming the field. An engine
+    without grammar support (a test twin) is left to refuse it itself."""
+    compiler = getattr(engine.engine, "grammar_compiler", None)
+    if params.structured is None or compiler is None:
+        return
+    try:
+        await asyncio.to_thread(compiler.compile, params.structured)
+    except GrammarError as exc:
+        param = structured_param(request) or "tools"  # no field asked for it: a forced tool call did
+        raise InvalidRequest(f"Invalid '{param}': {exc}", param=param) from None

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from backends.serving.errors import InvalidRequest
-from backends.serving.protocol import ChatMessage
+from backends.serving.protocol import ChatMessage, MessageToolCall
+from backends.serving.tools.spec import ToolRequest
+from backends.serving.tools.template import has_native_tools, tool_prompt
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 OFFLOAD_PROMPT_CHARS = 16_384
@@ -14,7 +17,9 @@ OFFLOAD_PROMPT_CHARS = 16_384
 
 
 def render_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """Messages as a chat template expects them: role and plain-string content."""
+    """Messages as a chat template expects them: role and plain-string content, plus an assistant's
+    ``tool_calls`` (arguments as objects, as transformers passes them) and a tool result's
+    ``tool_call_id`` and ``name``."""
     if not messages:
         raise InvalidRequest("messages must be a non-empty list", param="messages")
     rendered: list[dict[str, Any]] = []
@@ -36,17 +41,41 @@ def render_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
             text = "\n".join(part.text or "" for part in content)
         # templates written before OpenAI's "developer" role know it as "system"
         role = "system" if message.role == "developer" else message.role
-        rendered.append({"role": role, "content": text})
+        entry: dict[str, Any] = {"role": role, "content": text}
+        if message.tool_calls and role == "assistant":
+            entry["tool_calls"] = [_call(call, f"messages[{i}].tool_calls") for call in message.tool_calls]
+        if role == "tool":
+            entry["tool_call_id"] = message.tool_call_id
+            if message.name is not None:
+                entry["name"] = message.name
+        rendered.append(entry)
     return rendered
 
 
+def _call(call: MessageToolCall, where: str) -> dict[str, Any]:
+    arguments: Any = call.function.arguments
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except (ValueError, RecursionError):
+            raise InvalidRequest(f"{where}: function.arguments is not valid JSON", param=where) from None
+    entry = {"type": "function", "function": {"name": call.function.name, "arguments": arguments}}
+    return entry if call.id is None else {"id": call.id, **entry}
+
+
 async def chat_prompt_ids(
-    tokenizer: Any, messages: list[ChatMessage], *, add_generation_prompt: bool = True
+    tokenizer: Any,
+    messages: list[ChatMessage],
+    *,
+    add_generation_prompt: bool = True,
+    tools: ToolRequest | None = None,
 ) -> list[int]:
-    """Token ids of the messages rendered with the tokenizer's chat template."""
-    rendered = render_messages(messages)
+    """Token ids of the messages (and tools) rendered with the tokenizer's chat template."""
+    prompt = tool_prompt(render_messages(messages), tools, is_native=has_native_tools(tokenizer))
     try:
-        text = tokenizer.apply_chat_template(rendered, add_generation_prompt=add_generation_prompt)
+        text = tokenizer.apply_chat_template(
+            prompt.messages, add_generation_prompt=add_generation_prompt, **prompt.context
+        )
     except Exception as exc:  # the template's own complaint (jinja raises its own error types)
         raise InvalidRequest(f"The messages do not fit the chat template: {exc}", param="messages") from exc
     # the template already wrote any special tokens

@@ -2,10 +2,11 @@
 
 Requests accept and ignore unknown fields (OpenAI adds fields often); the vLLM extras the engine
 understands (``top_k``, ``min_p``, ``repetition_penalty``, ``ignore_eos``, ``stop_token_ids``,
-``priority``, ``cache_salt``) are declared. So are the fields of features the engine does not serve
-yet (tool calling, structured outputs, audio), typed ``Any``: ``unsupported.py`` refuses them rather
-than ignore them. Responses are declared field by field so they encode exactly as OpenAI's; fields
-left ``UNSET`` are left out of the JSON, as OpenAI leaves them out.
+``priority``, ``cache_salt``) are declared. Tool definitions and ``tool_choice`` are typed ``Any`` and
+checked by ``tools/spec.py``, so that a bad one is a 400 naming the field. The fields of features the
+engine does not serve (legacy ``functions``, audio, ...) are typed ``Any`` too: ``unsupported.py``
+refuses them rather than ignore them. Responses are declared field by field so they encode exactly as
+OpenAI's; fields left ``UNSET`` are left out of the JSON, as OpenAI leaves them out.
 """
 
 from __future__ import annotations
@@ -44,12 +45,31 @@ class ContentPart(msgspec.Struct):
     text: str | None = None
 
 
+class FunctionCall(msgspec.Struct):
+    """A call's function: its name and its arguments as JSON text (an object is taken too)."""
+
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class MessageToolCall(msgspec.Struct):
+    """One tool call of an assistant message in the history."""
+
+    function: FunctionCall
+    id: str | None = None
+    type: str = "function"
+
+
 class ChatMessage(msgspec.Struct):
     """One chat message; ``content`` is a string, a list of parts, or null (assistant tool calls)."""
 
     role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[MessageToolCall] | None = None
+    """An assistant message's calls (``backends/serving/tools/``)."""
+    tool_call_id: str | None = None
+    """A ``tool`` message answers the call with this id."""
 
 
 class _SamplingFields(msgspec.Struct, kw_only=True):
@@ -76,7 +96,7 @@ class _SamplingFields(msgspec.Struct, kw_only=True):
     stop_token_ids: list[int] | None = None
     priority: int = 0
     cache_salt: str | None = None
-    # not served yet: refused by unsupported.refuse_unsupported unless null (or a no-op value)
+    # structured outputs: read by params.structured_output, so a bad one is a 400 naming the field
     response_format: Any = None
     structured_outputs: Any = None
     guided_json: Any = None
@@ -94,9 +114,15 @@ class ChatCompletionRequest(_SamplingFields, kw_only=True):
     logprobs: bool | None = None
     top_logprobs: NumLogprobs | None = None
     add_generation_prompt: bool = True
-    # not served yet: refused by unsupported.refuse_unsupported unless null (or a no-op value)
+    # tool calling (backends/serving/tools/): checked there, so a bad one is a 400 naming the field
     tools: Any = None
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    """False: at most one call a reply; null or true: one or more."""
+    # legacy function calling: refused by unsupported.refuse_unsupported (send tools instead)
+    functions: Any = None
+    function_call: Any = None
+    # not served yet: refused by unsupported.refuse_unsupported unless null (or a no-op value)
     modalities: Any = None
     audio: Any = None
 
@@ -157,9 +183,22 @@ class ChatLogprobs(msgspec.Struct):
     content: list[TokenLogprob] | None
 
 
+class ToolCallFunction(msgspec.Struct):
+    name: str
+    arguments: str
+    """JSON text."""
+
+
+class ToolCall(msgspec.Struct, kw_only=True):
+    id: str
+    type: str = "function"
+    function: ToolCallFunction
+
+
 class AssistantMessage(msgspec.Struct):
     role: str
     content: str | None
+    tool_calls: list[ToolCall] | UnsetType = UNSET
 
 
 class ChatChoice(msgspec.Struct):
@@ -178,9 +217,24 @@ class ChatCompletion(msgspec.Struct, kw_only=True):
     usage: Usage
 
 
+class FunctionDelta(msgspec.Struct):
+    name: str | UnsetType = UNSET
+    arguments: str | UnsetType = UNSET
+
+
+class ToolCallDelta(msgspec.Struct, kw_only=True):
+    """A piece of a streamed call: the first carries its id, type and name, later ones argument text."""
+
+    index: int
+    id: str | UnsetType = UNSET
+    type: str | UnsetType = UNSET
+    function: FunctionDelta
+
+
 class ChatDelta(msgspec.Struct):
     role: str | UnsetType = UNSET
     content: str | UnsetType = UNSET
+    tool_calls: list[ToolCallDelta] | UnsetType = UNSET
 
 
 class ChatChunkChoice(msgspec.Struct):

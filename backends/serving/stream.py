@@ -72,8 +72,9 @@ def usage_of(output: RequestOutput) -> Usage:
     )
 
 
-ChunkMaker = Callable[[CompletionOutput, str, DeltaCursor], bytes]
-"""(choice output, new text, its cursor) -> one encoded chunk; it takes the cursor's tokens itself."""
+ChunkMaker = Callable[[CompletionOutput, str, DeltaCursor], bytes | list[bytes]]
+"""(choice output, new text, its cursor) -> one encoded chunk, or several (none while a tool-call reader
+holds the text back); it takes the cursor's tokens itself."""
 
 
 async def sse_events(
@@ -99,8 +100,10 @@ async def sse_events(
                 if not delta and choice.finish_reason is None:
                     continue  # nothing new that may be sent yet
                 cursor.is_finished = choice.finish_reason is not None
-                yield b"data: " + make_chunk(choice, delta, cursor) + b"\n\n"
-                cursor.is_started = True
+                chunks = make_chunk(choice, delta, cursor)
+                for chunk in [chunks] if isinstance(chunks, bytes) else chunks:
+                    yield b"data: " + chunk + b"\n\n"
+                    cursor.is_started = True
         if make_usage_chunk is not None and last is not None:
             yield b"data: " + make_usage_chunk(usage_of(last)) + b"\n\n"
     except ServingError as exc:

@@ -7,6 +7,10 @@ after them. Each appended token is then distributed exactly as p (Leviathan et a
 2023), so speculative sampling changes speed, never the output distribution. A proposer without a
 distribution (n-gram lookup) is a point mass: q(d) = 1, and the residual is p with d removed.
 
+A structured request's draft is first cut where its grammar refuses it, and each remaining row masked to
+what the grammar allows after the proposals before it (``structured_output.bitmask.mask_draft``): the
+kept tokens and the one after them then follow the grammar as a plain step's would.
+
 Greedy requests keep the longest run of proposals equal to the target's argmax and append the argmax
 after it: token for token the output of plain greedy decoding.
 """
@@ -19,6 +23,7 @@ import torch
 
 from backends.engine.sampler import draw, masked_probs
 from backends.engine.sequence import Sequence
+from backends.engine.structured_output.bitmask import mask_draft
 
 
 def verify(
@@ -29,8 +34,11 @@ def verify(
     ``logits`` [k + 1, vocab] are the target's at seq's last token and at each of the k proposed ones;
     ``proposal_probs`` [k, vocab] the proposer's distributions (None: point masses on the proposal).
     """
+    assert logits.shape[0] == len(proposal) + 1, "one row per proposed token plus one"
+    if seq.grammar is not None:  # structured: cut the draft where the grammar refuses it, mask each row
+        logits, proposal = mask_draft(logits, proposal, seq.grammar)
+        proposal_probs = None if proposal_probs is None else proposal_probs[: len(proposal)]
     k = len(proposal)
-    assert logits.shape[0] == k + 1, "one row per proposed token plus one"
     if seq.params.is_greedy:
         target = logits.argmax(dim=-1).tolist()
         kept = 0

@@ -14,29 +14,11 @@ from tests.backends.serving.harness import assert_error, chat, post
 CHAT = "/v1/chat/completions"
 TEXT = "/v1/completions"
 TOOL = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
-SCHEMA = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
-GUIDED: list[tuple[str, Any]] = [
-    ("structured_outputs", {"json": {"type": "object"}}),
-    ("guided_json", {"type": "object"}),
-    ("guided_regex", "[a-z]+"),
-    ("guided_choice", ["yes", "no"]),
-    ("guided_grammar", 'root ::= "yes"'),
-]
+# tool calling is served: tests/backends/serving/test_tool_calls.py (legacy ``functions`` refused there);
+# so are structured outputs: tests/backends/serving/test_structured_outputs.py
 CHAT_REFUSED: list[tuple[str, dict[str, Any]]] = [
-    ("tools", {"tools": [TOOL]}),
-    ("tools", {"tools": [TOOL], "tool_choice": "auto"}),
-    ("tools", {"tools": [TOOL], "tool_choice": "required"}),
-    ("tool_choice", {"tool_choice": "auto"}),
-    ("tool_choice", {"tool_choice": {"type": "function", "function": {"name": "weather"}}}),
-    ("response_format", {"response_format": {"type": "json_object"}}),
-    ("response_format", {"response_format": SCHEMA}),
     ("modalities", {"modalities": ["text", "audio"]}),
     ("audio", {"audio": {"voice": "alloy", "format": "wav"}}),
-    *[(field, {field: value}) for field, value in GUIDED],
-]
-TEXT_REFUSED: list[tuple[str, dict[str, Any]]] = [
-    ("response_format", {"response_format": {"type": "json_object"}}),
-    *[(field, {field: value}) for field, value in GUIDED],
 ]
 CHAT_ACCEPTED: list[dict[str, Any]] = [
     {"tools": []},
@@ -68,13 +50,6 @@ def test_chat_refuses_what_it_does_not_serve(base_url: str, param: str, fields: 
         assert "does not support" in error["message"] and "vLLM" in error["message"]
 
 
-@pytest.mark.parametrize(("param", "fields"), TEXT_REFUSED, ids=lambda v: str(v)[:40])
-def test_completions_refuse_what_they_do_not_serve(base_url: str, param: str, fields: dict[str, Any]) -> None:
-    response = post(base_url, TEXT, {"model": MODEL, "prompt": "hi", "max_tokens": 2, **fields})
-    assert_error(response, 400, "unsupported_parameter", param)
-    assert response.json()["error"]["type"] == "invalid_request_error"
-
-
 @pytest.mark.parametrize("fields", CHAT_ACCEPTED, ids=lambda v: str(v)[:40])
 def test_chat_accepts_the_no_op_values(base_url: str, fields: dict[str, Any]) -> None:
     response = post(base_url, CHAT, chat(max_tokens=2, **fields))
@@ -91,14 +66,6 @@ def test_completions_accept_the_no_op_values(base_url: str, fields: dict[str, An
 def test_the_sdk_sees_a_bad_request_naming_the_field(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(
-            model=MODEL,
-            messages=[{"role": "user", "content": "Hi"}],
-            tools=[TOOL],  # type: ignore[list-item]
+            model=MODEL, messages=[{"role": "user", "content": "Hi"}], modalities=["text", "audio"]
         )
-    assert info.value.code == "unsupported_parameter"
-    assert info.value.param == "tools"
-    with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "Hi"}], response_format={"type": "json_object"}
-        )
-    assert (info.value.code, info.value.param) == ("unsupported_parameter", "response_format")
+    assert (info.value.code, info.value.param) == ("unsupported_parameter", "modalities")

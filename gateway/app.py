@@ -17,6 +17,9 @@ from litestar.exceptions import HTTPException
 from litestar.plugins import PluginProtocol
 from litestar.plugins.core import MsgspecDIPlugin
 
+from gateway.anthropic.exchange import MessagesExchange
+from gateway.anthropic.routes import messages_routes
+from gateway.batches import BatchFeature
 from gateway.client_limits import ClientLimiter
 from gateway.instance import Gateway
 from gateway.keys import KeyRegistry
@@ -32,6 +35,7 @@ from gateway.replicas.slot_queue import SlotQueues
 from gateway.routes import api_routes, http_exception, open_route_limit, unexpected
 from gateway.settings import Settings
 from gateway.stages.cache import ResponseCacheStage
+from gateway.stages.conversation import ContinueConversation
 from gateway.stages.embeddings import EmbeddingCacheStage
 from gateway.stages.limits import EnforceLimits
 from gateway.stages.pick import PickReplica
@@ -66,6 +70,9 @@ def build_pipeline(
     """
     return Pipeline(
         [
+            ContinueConversation(
+                caches.stored_responses
+            ),  # Responses only: previous_response_id; stores after
             RouteModel(caches.sticky),  # which pool (404)
             EnforceLimits(store, on_reject=metrics.count_rejection),  # may it (429 / 503); settles after
             ResponseCacheStage(caches.responses, caches.flights),  # a repeat? (hit); stores after
@@ -144,19 +151,34 @@ def create_app(
         await store.close()
         await caches.close()
 
+    observer = (
+        Observer()
+    )  # the proxied requests', the WebSocket's and the batches': one tracer, one access log
+    batches = BatchFeature(gateway, observer=observer)
     app = _MsgspecOnlyLitestar(
         # GET /openapi.json, built once here; counted per client like /metrics
-        route_handlers=[*api_routes(gateway), openapi_route(before_request=open_route_limit(gateway))],
+        route_handlers=[
+            *api_routes(gateway),
+            *messages_routes(gateway),
+            *batches.routes,
+            openapi_route(before_request=open_route_limit(gateway)),
+        ],
         exception_handlers={HTTPException: http_exception, Exception: unexpected},
-        on_startup=[on_startup],
-        on_shutdown=[on_shutdown],
+        on_startup=[on_startup, batches.start],
+        on_shutdown=[batches.stop, on_shutdown],  # the runner hands its lines back before the settle
         logging_config=None,
         openapi_config=None,
         request_max_body_size=settings.hard_max_body_bytes,
     )
     app.state.gateway = gateway
-    observer = Observer()  # the proxied requests' and the WebSocket's: one tracer, one access log
-    return ProxyApp(gateway, app, observer, websockets={"/v1/ws": WebSocketEndpoint(gateway, observer)})
+    app.state.batches = batches
+    return ProxyApp(
+        gateway,
+        app,
+        observer,
+        websockets={"/v1/ws": WebSocketEndpoint(gateway, observer)},
+        exchanges={"/v1/messages": MessagesExchange},
+    )
 
 
 class _MsgspecOnlyLitestar(Litestar):

@@ -3,7 +3,8 @@
 The proxied endpoints' request bodies are the msgspec structs of ``gateway.schemas`` (the structs that
 validate every request, so the document says what is enforced), with the two rules a struct cannot
 state written out by hand (``_ONE_KIND``). The other routes are described in ``_ROUTES``, the key
-admin API's in ``gateway.keys.openapi`` and the console's in ``gateway.console.openapi``.
+admin API's in ``gateway.keys.openapi``, the console's in ``gateway.console.openapi`` and the stored
+responses' in ``gateway.responses.openapi``.
 ``tests/gateway/test_openapi.py`` holds the document's paths and methods to the app's real routes, and
 ``tests/reliability/test_schemathesis.py`` holds a running gateway to the document.
 """
@@ -17,9 +18,12 @@ from litestar import MediaType, Response, get
 from litestar.handlers import HTTPRouteHandler
 from litestar.types import BeforeRequestHookHandler
 
+from gateway.anthropic.openapi import MESSAGES_PATHS, MESSAGES_SCHEMAS
+from gateway.batches.openapi import BATCH_PATHS, BATCH_STRUCTS
 from gateway.console.openapi import CONSOLE_PATHS, CONSOLE_STRUCTS
 from gateway.errors import ErrorEnvelope
 from gateway.keys.openapi import KEY_PATHS, KEY_STRUCTS
+from gateway.responses.openapi import RESPONSE_PATHS, RESPONSE_STRUCTS
 from gateway.responses_api import RESPONSES_EVENT, ResponseObject
 from gateway.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, ResponsesRequest
 from gateway.version import installed_version
@@ -106,6 +110,8 @@ _STRUCTS = (
     Readiness,
     *KEY_STRUCTS,
     *CONSOLE_STRUCTS,
+    *RESPONSE_STRUCTS,
+    *BATCH_STRUCTS,
 )
 
 
@@ -218,6 +224,7 @@ _ROUTES: dict[str, dict[str, Any]] = {
     "/v1/completions": _proxied("Create a text completion", CompletionRequest, Completion, is_stream=True),
     "/v1/embeddings": _proxied("Create embeddings", EmbeddingRequest, EmbeddingList, is_stream=False),
     "/v1/responses": _responses(),
+    **RESPONSE_PATHS,
     "/v1/models": {
         "get": {
             "summary": "List the models this key may use",
@@ -296,6 +303,8 @@ _ROUTES: dict[str, dict[str, Any]] = {
     },
     **KEY_PATHS,
     **CONSOLE_PATHS,
+    **MESSAGES_PATHS,
+    **BATCH_PATHS,
     OPENAPI_PATH: {
         "get": {
             "summary": "This document",
@@ -315,6 +324,7 @@ def build_document() -> dict[str, Any]:
     for (struct, field), schema in _ONE_KIND.items():
         schemas[struct]["properties"][field] = schema
     schemas["ChatRequest"].update(_TOP_LOGPROBS_NEEDS_LOGPROBS)
+    schemas.update(MESSAGES_SCHEMAS)
     document = {
         "openapi": "3.1.0",
         "info": {

@@ -210,7 +210,8 @@ class Call:
 
 
 class Stage(Protocol):
-    """One step of the pipeline."""
+    """One step of the pipeline. A stage with an ``endpoints`` attribute (a set of ``Endpoint``) runs
+    only for calls to those endpoints; the others run for every call."""
 
     name: str
 
@@ -219,11 +220,16 @@ class Stage(Protocol):
 
 class Pipeline:
     """Runs the stages in their declared order until one produces a result, then the result filters;
-    ``finishers`` run when every call is over (after the stages' own)."""
+    ``finishers`` run when every call is over (after the stages' own). Each endpoint's walk is worked
+    out once here, so a stage for one endpoint costs the others nothing."""
 
     def __init__(self, stages: Sequence[Stage], *, finishers: Sequence[Finisher] = ()) -> None:
         self.stages = tuple(stages)
         self.finishers = tuple(finishers)
+        self._walks = {
+            endpoint: tuple(s for s in self.stages if endpoint in getattr(s, "endpoints", (endpoint,)))
+            for endpoint in Endpoint
+        }
 
     async def run(self, call: Call) -> BytesResult | StreamResult:
         for finisher in self.finishers:
@@ -231,13 +237,14 @@ class Pipeline:
         span = call.span
         if span is not None:
             span.describe_call(call)
+        stages = self._walks[call.endpoint]
         if span is None:  # not traced: the plain walk
-            for stage in self.stages:
+            for stage in stages:
                 await stage(call)
                 if call.result is not None:
                     break
         else:  # traced: each stage in its own child span
-            for stage in self.stages:
+            for stage in stages:
                 await span.run_stage(stage, call)
                 if call.result is not None:
                     break

@@ -47,6 +47,7 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIHandler = Callable[[Scope, Receive, Send], Awaitable[None]]
+ExchangeFactory = Callable[["Gateway", Scope, Receive, Send], "HttpExchange"]
 
 ROUTES: dict[str, Endpoint] = {
     "/v1/chat/completions": Endpoint.CHAT,
@@ -73,12 +74,16 @@ class ProxyApp:
         observer: Observer | None = None,
         *,
         websockets: Mapping[str, ASGIHandler] | None = None,
+        exchanges: Mapping[str, ExchangeFactory] | None = None,
     ) -> None:
         self.gateway = gateway
         self.litestar = litestar
         self.observer = observer or Observer()
         self.websockets = dict(websockets or {})
         """WebSocket handlers by path (``/v1/ws``: ``gateway.websocket``)."""
+        self.exchanges = dict(exchanges or {})
+        """Other wire formats on the hot path, by path (``/v1/messages``: ``gateway.anthropic``): an
+        ``HttpExchange`` of their own that translates at the edge."""
 
     @property
     def state(self) -> Any:
@@ -86,6 +91,10 @@ class ProxyApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            make = self.exchanges.get(scope["path"])
+            if make is not None:
+                await live(self.gateway, self.observer, make(self.gateway, scope, receive, send))
+                return
             endpoint = ROUTES.get(scope["path"])
             if endpoint is None and scope["path"] in self.gateway.compiled.passthrough_paths:
                 endpoint = Endpoint.PASSTHROUGH  # a pool's own route (policy: passthrough_routes)
@@ -281,7 +290,7 @@ class HttpExchange:
         return new_call(
             self.endpoint,
             headers,
-            raw,
+            self.request_body(raw),
             compiled,
             request_id,
             time.perf_counter(),
@@ -290,6 +299,15 @@ class HttpExchange:
             peer=peer,
             path=scope["path"],
         )
+
+    def request_body(self, raw: bytes) -> bytes:
+        """The body the pipeline decodes: the request's own (a subclass for another wire format gives
+        the OpenAI request it means)."""
+        return raw
+
+    def render(self, error: GatewayError) -> tuple[int, bytes, dict[str, str]]:
+        """(status, body, extra headers) of an error: OpenAI's shape (a subclass gives its format's)."""
+        return render(error)
 
     async def deliver(self, call: Call, result: BytesResult | StreamResult) -> int:
         if isinstance(result, BytesResult):
@@ -313,7 +331,7 @@ class HttpExchange:
         if isinstance(error, ClientDisconnected):
             return  # nobody is listening
         self.close()
-        status, body, extra = render(error)
+        status, body, extra = self.render(error)
         if self._watch is None and _has_body(self.headers):  # refused before its body was read:
             extra = {**extra, "Connection": "close"}  # don't let the client send the rest for nothing
         compiled = call.compiled if call is not None else self.gateway.compiled

@@ -1,5 +1,6 @@
-"""The endpoints beside the proxied API: models, usage, key admin (``gateway.keys.routes``), the console
-(``gateway.console``), health, readiness and metrics (Litestar).
+"""The endpoints beside the proxied API: models, usage, stored responses (``gateway.responses.routes``),
+key admin (``gateway.keys.routes``), the console (``gateway.console``), health, readiness and metrics
+(Litestar).
 
 Each answers in OpenAI's shape, errors included (``render``); Litestar's own errors (an unknown
 route, a wrong method) are turned into the same shape by :func:`http_exception`. A failed
@@ -37,7 +38,8 @@ from gateway.errors import (
 )
 from gateway.instance import Gateway
 from gateway.keys.routes import key_admin_routes
-from gateway.policy import ApiKey
+from gateway.policy import ApiKey, Policy
+from gateway.responses.routes import response_routes
 from gateway.schemas import decode_as
 from gateway.stages.limits import month_of
 from gateway.stores import StoreUnavailable
@@ -169,7 +171,13 @@ def api_routes(gateway: Gateway) -> list[HTTPRouteHandler]:
         gateway.key_admin, authenticate, lambda: gateway.compiled, _error_response, decode_as
     )
     console = console_routes(gateway, authenticate, _error_response, open_route_limit(gateway))
-    return [list_models, usage, retrieve_model, healthz, readyz, metrics_endpoint, *admin, *console]
+
+    async def caller(request: Request[Any, Any, Any]) -> tuple[Policy, ApiKey | None]:
+        compiled = gateway.compiled
+        return compiled.policy, await authenticate(compiled, request)
+
+    stored = response_routes(lambda: gateway.caches.stored_responses, caller, _error_response)
+    return [list_models, usage, retrieve_model, healthz, readyz, metrics_endpoint, *admin, *console, *stored]
 
 
 def http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:

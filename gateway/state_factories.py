@@ -1,4 +1,5 @@
-"""Factories of what gateway replicas share: the limits store, the caches and the keys made at run time,
+"""Factories of what gateway replicas share: the limits store, the caches (and the Responses API's stored
+responses) and the keys made at run time,
 built from the policy in Redis when its Redis URL is set, else in this process (the single-replica
 embedded default)."""
 
@@ -22,6 +23,7 @@ from gateway.cache.embedding_cache import EmbeddingCache, MemoryEmbeddingCache, 
 from gateway.keys.redis_store import RedisKeyStore
 from gateway.keys.store import FileKeyStore, KeyStore
 from gateway.policy import Policy
+from gateway.responses import ResponseStore
 from gateway.settings import Settings
 from gateway.stores import CreditStore, FailoverStore, MemoryStore, RedisStore, Store
 from gateway.telemetry.metrics import Metrics
@@ -64,9 +66,11 @@ class Caches:
     embeddings: EmbeddingCache
     sticky: Blobs
     """Conversation -> pool, for sticky tier routing."""
+    stored_responses: ResponseStore
+    """The Responses API's stored responses (``store``, ``previous_response_id``)."""
 
     async def close(self) -> None:
-        for closable in (self.responses, self.affinity, self.embeddings, self.sticky):
+        for closable in (self.responses, self.affinity, self.embeddings, self.sticky, self.stored_responses):
             await closable.close()
 
 
@@ -77,15 +81,19 @@ def build_caches(policy: Policy, metrics: Metrics) -> Caches:
     affinity: AffinityMap
     embeddings: EmbeddingCache
     sticky: Blobs
+    stored: Blobs
     if url:
         responses = RedisResponseCache(url, on_event=metrics.cache_hook("response"))
         affinity = RedisAffinityMap(url, on_event=metrics.cache_hook("affinity"))
         embeddings = RedisEmbeddingCache(url, on_event=metrics.cache_hook("embedding"))
         sticky = RedisBlobs(url, on_event=metrics.cache_hook("sticky"), name="sticky tiers")
+        # a miss here is a 404 to the client, not a cache miss: a longer wait before giving up
+        stored = RedisBlobs(url, timeout_s=max(policy.store.timeout_s, 0.5), name="stored responses")
     else:
         responses = MemoryResponseCache(on_event=metrics.cache_hook("response"))
         affinity = MemoryAffinityMap(on_event=metrics.cache_hook("affinity"))
         embeddings = MemoryEmbeddingCache(on_event=metrics.cache_hook("embedding"))
         sticky = MemoryBlobs(4 * 1024 * 1024)
+        stored = MemoryBlobs(policy.responses.max_memory_bytes)
     flights = SingleFlight(responses, on_event=metrics.cache_hook("response"))
-    return Caches(responses, flights, affinity, embeddings, sticky)
+    return Caches(responses, flights, affinity, embeddings, sticky, ResponseStore(stored))

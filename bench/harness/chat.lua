@@ -7,6 +7,7 @@
 --   BENCH_ACCEPT_ENCODING  sent as "Accept-Encoding" when set (wrk reads the encoded bytes as they come)
 --   BENCH_UNIQUE   "1" makes every body differ (a counter in the prompt): with temperature 0, each
 --                  request is a response-cache miss that goes upstream and stores its entry
+--   BENCH_API      "messages": the same request in Anthropic's Messages format, its key in x-api-key
 -- done() prints one JSON line (marker BENCH_WRK_RESULT) that the driver parses: exact microsecond
 -- percentiles and the error counts, rather than scraping wrk's rounded text.
 
@@ -16,13 +17,14 @@ local api_key = os.getenv("BENCH_API_KEY") or ""
 local temperature = os.getenv("BENCH_TEMPERATURE")
 local accept_encoding = os.getenv("BENCH_ACCEPT_ENCODING") or ""
 
+local is_messages = os.getenv("BENCH_API") == "messages"
 local body = '{"model":"' .. model .. '","messages":[{"role":"user","content":"Say hello in one short sentence."}],'
   .. '"max_tokens":32'
 if temperature then
   body = body .. ',"temperature":' .. temperature
 end
 if stream then
-  body = body .. ',"stream":true,"stream_options":{"include_usage":true}'
+  body = body .. (is_messages and ',"stream":true' or ',"stream":true,"stream_options":{"include_usage":true}')
 end
 body = body .. '}'
 
@@ -39,7 +41,10 @@ if os.getenv("BENCH_UNIQUE") == "1" then
     return wrk.format(nil, nil, nil, head .. " #" .. run .. "-" .. counter .. tail)
   end
 end
-if api_key ~= "" then
+if api_key ~= "" and is_messages then
+  wrk.headers["x-api-key"] = api_key
+  wrk.headers["anthropic-version"] = "2023-06-01"
+elseif api_key ~= "" then
   wrk.headers["Authorization"] = "Bearer " .. api_key
 end
 if accept_encoding ~= "" then

@@ -43,6 +43,8 @@ class WrkRun:
     is_unique: bool = False
     """Every body different (a counter in the prompt): with ``temperature`` 0, every request a
     response-cache miss."""
+    api: str = "chat"
+    """``messages``: the same request in Anthropic's Messages format (``url`` is then ``/v1/messages``)."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,8 @@ def run_wrk(run: WrkRun, *, binary: str = "wrk", allow_errors: bool = False) -> 
         env["BENCH_TEMPERATURE"] = run.temperature
     if run.is_unique:
         env["BENCH_UNIQUE"] = "1"
+    if run.api != "chat":
+        env["BENCH_API"] = run.api
     proc = subprocess.run(
         pinned(argv, run.cpus),
         capture_output=True,

@@ -14,6 +14,7 @@ import msgspec
 
 from gateway.cache.config import CacheConfig
 from gateway.compression import CompressionConfig
+from gateway.policy.batches import BatchesConfig
 from gateway.policy.telemetry import TelemetryConfig
 from gateway.replicas.config import RoutingConfig
 from gateway.replicas.pools import Pool, Timeouts
@@ -169,6 +170,16 @@ class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Failed authentications and requests to the open endpoints, per client address."""
 
 
+class ResponsesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Stored responses of the Responses API (``store: true``, the default): what
+    ``GET /v1/responses/{id}`` and ``previous_response_id`` read, per tenant."""
+
+    ttl_s: Annotated[float, msgspec.Meta(gt=0)] = 30 * 24 * 3600.0
+    """How long a stored response is kept (OpenAI keeps them 30 days)."""
+    max_memory_bytes: Annotated[int, msgspec.Meta(gt=0)] = 64 * 1024 * 1024
+    """Without a store URL they live in this process, least recently used pushed out past this."""
+
+
 class Policy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Everything a platform team configures, in one frozen object."""
 
@@ -187,6 +198,10 @@ class Policy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     store: StoreConfig = StoreConfig()
     cache: CacheConfig = CacheConfig()
     """Response cache, prompt-prefix affinity and embedding cache."""
+    responses: ResponsesConfig = ResponsesConfig()
+    """Stored responses of the Responses API: their TTL, and their memory bound in process."""
+    batches: BatchesConfig = BatchesConfig()
+    """OpenAI's Files and Batch APIs: the files directory, batch sizes, and the batch runner."""
     compression: CompressionConfig = CompressionConfig()
     """Compression of complete responses for clients that accept it (off by default)."""
     telemetry: TelemetryConfig = TelemetryConfig()

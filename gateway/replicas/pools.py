@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from gateway.adapters import ChatTemplate, Kind
+from gateway.adapters import RESPONSES_NATIVE, RESPONSES_NATIVE_ALLOWED, ChatTemplate, Kind, ResponsesMode
 
 __all__ = [
     "GATEWAY_PATHS",
@@ -42,6 +42,10 @@ GATEWAY_PATHS = frozenset(
         "/v1/completions",
         "/v1/embeddings",
         "/v1/responses",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/v1/files",
+        "/v1/batches",
         "/v1/models",
         "/v1/usage",
         "/v1/ws",
@@ -52,12 +56,15 @@ GATEWAY_PATHS = frozenset(
         "/console",
     }
 )
-"""Paths the gateway serves itself; no pass-through route may take one (nor one under ``/v1/admin/``)."""
+"""Paths the gateway serves itself; no pass-through route may take one (nor one under ``/v1/admin/``,
+``/v1/models/`` or ``/v1/responses/``)."""
 
 
 def is_gateway_path(path: str) -> bool:
     """Whether the gateway serves ``path`` itself (``tests/gateway/test_openapi.py`` checks every route)."""
-    return path.rstrip("/") in GATEWAY_PATHS or path.startswith(("/v1/admin/", "/v1/models/"))
+    return path.rstrip("/") in GATEWAY_PATHS or path.startswith(
+        ("/v1/admin/", "/v1/models/", "/v1/responses/", "/v1/files/", "/v1/batches/")
+    )
 
 
 class Timeouts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -93,8 +100,13 @@ class Replica(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A label for metrics and logs; defaults to host:port."""
     kind: Kind = "openai"
     """What server it is (``gateway.adapters``): ``openai`` (any OpenAI-compatible server), ``vllm``,
-    ``tgi``, ``triton``, ``ollama``, ``llamacpp``; its adapter speaks the server's native API where
-    its OpenAI mode is missing or worse, and reads its health and load pages."""
+    ``sortyard`` (the reference engine), ``tgi``, ``triton``, ``ollama``, ``llamacpp``; its adapter
+    speaks the server's native API where its OpenAI mode is missing or worse, and reads its health and
+    load pages."""
+    responses: ResponsesMode | None = None
+    """How it serves the Responses API (``POST /v1/responses``): ``native`` (the server's own route,
+    passed through) or ``chat`` (the gateway translates it to chat completions and back). Unset: the
+    kind's default, ``native`` for ``openai`` and ``vllm``, ``chat`` for the others."""
     metrics_url: str | None = None
     """Its load page, when not the kind's path at its server root (Triton's is on its metrics port, e.g.
     ``http://10.0.0.5:8002/metrics``)."""
@@ -104,6 +116,17 @@ class Replica(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     send_cache_salt: bool = False
     """Add a per-tenant ``cache_salt`` field to requests (the reference engine and vLLM honour it:
     their prefix caches then never cross tenants). Leave off for servers that reject unknown fields."""
+
+    def __post_init__(self) -> None:
+        if self.responses == "native" and self.kind not in RESPONSES_NATIVE_ALLOWED:
+            raise ValueError(f"responses: a `{self.kind}` replica has no /v1/responses of its own; use chat")
+
+    @property
+    def serves_responses(self) -> bool:
+        """Whether ``/v1/responses`` goes to the server as it is (else over its chat completions)."""
+        if self.responses is None:
+            return self.kind in RESPONSES_NATIVE
+        return self.responses == "native"
 
     @property
     def label(self) -> str:

@@ -12,7 +12,9 @@ as a plain HTTP error, anything later ends the stream with an error event and ``
 
 A replica whose ``kind`` has a native API (``gateway.adapters``: TGI, Triton, Ollama, llama.cpp)
 gets the request in that form, and its answer is read back as the OpenAI one (JSON, SSE, errors),
-so everything below is the same for every kind.
+so everything below is the same for every kind. A Responses request goes to a replica's own
+``/v1/responses`` (``Replica.serves_responses``: sent ``store: false``, the gateway keeps the state),
+or over its chat completions (``gateway.adapters.responses``), read back as the Responses answer.
 
 Timeouts mean what they say for each kind of response. A plain (non-stream) response's headers come
 when generation ends (vLLM sends them with the body), so only the request's ``total_s`` bounds the
@@ -36,7 +38,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
-from gateway.adapters import TranslatedResponse
+from gateway.adapters import ResponsesOverChat, TranslatedResponse
 from gateway.errors import (
     GatewayError,
     ServiceUnavailable,
@@ -118,7 +120,14 @@ class CallUpstream:
             body["stream_options"] = upstream_stream_options(options, include_usage=call.include_usage)
         exchange = None
         if not is_passthrough:  # the replica's kind may want its native API (None: OpenAI mode)
-            exchange = state.adapter.exchange(call.endpoint.value, body, state.root, stream=call.is_stream)
+            adapter = state.adapter
+            if call.endpoint is Endpoint.RESPONSES:  # the gateway keeps the state (stages.conversation)
+                if replica.serves_responses:
+                    body["store"] = False
+                    body.pop("previous_response_id", None)  # its conversation is in input
+                else:  # a chat-only server: the Responses API over its chat completions
+                    adapter = ResponsesOverChat(adapter, replica.base_url)
+            exchange = adapter.exchange(call.endpoint.value, body, state.root, stream=call.is_stream)
         upstream_id = self.ids.for_upstream(call.request_id)  # the client's id may repeat; this never does
         headers = {"Content-Type": "application/json", "X-Request-Id": upstream_id, **state.headers}
         attempt: UpstreamSpan | None = None

@@ -40,7 +40,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> ProxyApp:
 
 def real_routes(app: ProxyApp) -> set[tuple[str, str]]:
     """(path, method) of every route: the Litestar handlers plus the proxied endpoints."""
-    routes = {(path, "POST") for path in ROUTES}
+    routes = {(path, "POST") for path in (*ROUTES, *app.exchanges)}
     for path, handlers in app.litestar.route_handler_method_map.items():
         for method in handlers:
             if method != "OPTIONS":  # Litestar answers OPTIONS on every route itself (CORS preflight)

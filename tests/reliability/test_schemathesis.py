@@ -62,6 +62,15 @@ schema = schemathesis.openapi.from_dict(
             "generation": {"mode": "all", "max-examples": MAX_EXAMPLES},
             "checks": {"enabled": True},
             "cache": {"enabled": False},  # nothing written into the work tree
+            # a batch file's content (JSON lines of requests) is more than its schema (a binary file)
+            # can say, and a batch names a file that must exist: valid-looking ones are refused there
+            "operations": [
+                {
+                    "include-path-regex": "^/v1/(files|batches)$",
+                    "include-method": "POST",
+                    "checks": {"positive_data_acceptance": {"enabled": False}},
+                }
+            ],
         }
     ),
 )

@@ -1,0 +1,20 @@
+"""bench/batch_share.py (quoted in docs/batches.md) runs and reports each figure, on a small batch."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "batch_share.py"
+
+
+def test_the_bench_reports_both_phases_and_the_batch() -> None:
+    spec = importlib.util.spec_from_file_location("batch_share", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = bench.main(["--lines", "20", "--seconds", "0.3", "--clients", "1"])
+    assert result["batch"]["status"] == "completed" and result["batch"]["completed"] == 20
+    for phase in ("interactive_alone", "interactive_with_batch"):  # how many fit in a phase is timing
+        assert set(result[phase]) == {"requests", "p50_ms", "p90_ms"}
+    assert result["batch"]["lines_per_s"] > 0

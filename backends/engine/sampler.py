@@ -67,7 +67,8 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor
 
 
 def apply_penalties(row: torch.Tensor, seq: Sequence) -> None:
-    """OpenAI presence/frequency penalties on output tokens; HF-style repetition penalty on all seen."""
+    """OpenAI presence/frequency penalties on output tokens; HF-style repetition penalty on all seen;
+    OpenAI's logit bias."""
     p = seq.params
     if p.repetition_penalty != 1.0:
         seen = torch.tensor(sorted(set(seq.token_ids)), device=row.device)
@@ -77,6 +78,9 @@ def apply_penalties(row: torch.Tensor, seq: Sequence) -> None:
         out = torch.tensor(seq.output_token_ids, device=row.device)
         counts = torch.bincount(out, minlength=row.shape[0]).to(row.dtype)
         row -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(row.dtype)
+    if p.logit_bias:
+        ids = torch.tensor(list(p.logit_bias), device=row.device)
+        row[ids] += torch.tensor(list(p.logit_bias.values()), device=row.device, dtype=row.dtype)
 
 
 def masked_probs(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:

@@ -33,6 +33,8 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logprobs: int | None = None
     """None is off; k >= 0 returns the sampled token's logprob plus the top k."""
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    """Added to a token's logit before sampling (OpenAI's -100 to 100: -100 bans it)."""
     structured: StructuredOutput | None = None
     """What the output must match (a JSON schema, a regex, a grammar, ...); None is free text."""
 
@@ -57,6 +59,11 @@ class SamplingParams:
             ),
             (all(isinstance(s, str) and s for s in self.stop), "stop", "must be non-empty strings"),
             (all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", "bad id"),
+            (
+                all(isinstance(t, int) and t >= 0 and -100 <= b <= 100 for t, b in self.logit_bias.items()),
+                "logit_bias",
+                "must map token ids to biases in [-100, 100]",
+            ),
         ]
         for ok, name, why in checks:
             if not ok:
@@ -68,4 +75,10 @@ class SamplingParams:
 
     @property
     def has_penalties(self) -> bool:
-        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
+        """Anything that changes a row's logits from the tokens or the request (no speculation then)."""
+        return (
+            self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+            or self.repetition_penalty != 1.0
+            or bool(self.logit_bias)
+        )

@@ -20,7 +20,7 @@ from backends.engine.outputs import RequestOutput
 from backends.engine.sampling_params import SamplingParams
 from backends.serving.engine_client import AsyncEngineLike
 from backends.serving.generation import Generation, last_output, until_disconnect
-from backends.serving.params import check_context_length, decode_request
+from backends.serving.params import check_context_length, check_logit_bias, decode_request
 from backends.serving.protocol import ChatCompletionRequest, CompletionRequest, Usage
 from backends.serving.state import ServingState
 from backends.serving.stream import SSE_HEADERS, ChunkMaker, sse_events
@@ -73,6 +73,7 @@ async def serve_endpoint(
     served, engine = state.require_engine(body.model)
     prompt_ids, params = await endpoint.prepare(body, engine)
     check_context_length(len(prompt_ids), params, engine.engine.max_model_len)
+    check_logit_bias(params, engine.engine.model_config.vocab_size)
     request_id = f"{endpoint.id_prefix}-{uuid.uuid4().hex}"
     model = body.model or served.name
     answer = endpoint.answer_without_engine(request_id, body, len(prompt_ids), model)

@@ -77,6 +77,7 @@ def sampling_params(
         frequency_penalty=request.frequency_penalty or 0.0,
         repetition_penalty=1.0 if request.repetition_penalty is None else request.repetition_penalty,
         logprobs=logprobs,
+        logit_bias=_logit_bias(request.logit_bias),
     )
     try:
         params.validate()
@@ -84,6 +85,27 @@ def sampling_params(
         message = str(exc)
         raise InvalidRequest(message, param=message.split(" ", 1)[0]) from exc
     return params
+
+
+def _logit_bias(given: dict[str, float] | None) -> dict[int, float]:
+    """OpenAI's ``logit_bias`` (token ids as JSON's string keys) with integer ids; a key that is not
+    a token id is a 400 naming the field."""
+    bias: dict[int, float] = {}
+    for key, value in (given or {}).items():
+        if not key.isdigit():
+            raise InvalidRequest(f"logit_bias: {key!r} is not a token id", param="logit_bias")
+        bias[int(key)] = float(value)
+    return bias
+
+
+def check_logit_bias(params: SamplingParams, vocab_size: int) -> None:
+    """Refuse a biased token id the model does not have."""
+    outside = [t for t in params.logit_bias if t >= vocab_size]
+    if outside:
+        raise InvalidRequest(
+            f"logit_bias: token id {outside[0]} is outside the model's vocabulary of {vocab_size}",
+            param="logit_bias",
+        )
 
 
 def chat_params(request: ChatCompletionRequest) -> SamplingParams:

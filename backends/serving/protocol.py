@@ -88,6 +88,8 @@ class _SamplingFields(msgspec.Struct, kw_only=True):
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     user: str | None = None
+    logit_bias: dict[str, Annotated[float, msgspec.Meta(ge=-100, le=100)]] | None = None
+    """Token id (as a string, as JSON keys are) -> bias added to its logit."""
     # vLLM extras
     top_k: int | None = None
     min_p: float | None = None
@@ -122,9 +124,13 @@ class ChatCompletionRequest(_SamplingFields, kw_only=True):
     # legacy function calling: refused by unsupported.refuse_unsupported (send tools instead)
     functions: Any = None
     function_call: Any = None
-    # not served yet: refused by unsupported.refuse_unsupported unless null (or a no-op value)
+    # not served: refused by unsupported.refuse_unsupported unless null (or a no-op value)
     modalities: Any = None
     audio: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
+    web_search_options: Any = None
+    moderation: Any = None
 
 
 class CompletionRequest(_SamplingFields, kw_only=True):

@@ -2,7 +2,8 @@
 
 An agent that sends audio or legacy ``functions`` and gets prose back has no way to tell that the
 field was ignored; a 400 ``unsupported_parameter`` naming the field tells it (and its gateway) to send
-such requests to a pool that serves them. The no-op value passes: ``modalities: ["text"]``. Structured
+such requests to a pool that serves them. The no-op value passes: ``modalities: ["text"]``. So are
+``reasoning_effort``, ``verbosity``, ``web_search_options`` and ``moderation`` refused. Structured
 outputs (``response_format``, ``structured_outputs``, ``guided_*``) are served (``params.py``). Tool
 calling is served (``tools/``); its deprecated form (``functions``, ``function_call``) is refused with
 the field to send instead. Other unknown fields stay accepted and ignored (OpenAI adds fields often).
@@ -18,6 +19,13 @@ from backends.serving.protocol import ChatCompletionRequest, CompletionRequest
 LEGACY_FUNCTION_FIELDS = {"functions": "tools", "function_call": "tool_choice"}
 """OpenAI's deprecated function calling, and the field that replaces each."""
 AUDIO = "audio input and output"
+UNSERVED = {
+    "reasoning_effort": "reasoning effort (its models do not reason)",
+    "verbosity": "a verbosity setting",
+    "web_search_options": "web search",
+    "moderation": "moderation of input and output",
+}
+"""Chat fields of features no model of this engine has, refused whatever their value but null."""
 
 
 def refuse_unsupported(request: ChatCompletionRequest | CompletionRequest) -> None:
@@ -35,11 +43,14 @@ def refuse_unsupported(request: ChatCompletionRequest | CompletionRequest) -> No
             _refuse("modalities", AUDIO)
         if request.audio is not None:
             _refuse("audio", AUDIO)
+        for field, feature in UNSERVED.items():
+            if getattr(request, field) is not None:
+                _refuse(field, feature)
 
 
 def _refuse(param: str, feature: str) -> NoReturn:
     raise UnsupportedParameter(
-        f"Unsupported parameter: '{param}'. The reference engine does not support {feature} yet; "
-        "route such requests to a pool that does (e.g. vLLM).",
+        f"Unsupported parameter: '{param}'. The reference engine does not support {feature}; "
+        "route such requests to a pool that does.",
         param=param,
     )

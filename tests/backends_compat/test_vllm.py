@@ -261,3 +261,62 @@ def test_the_responses_api_passes_through(deployed: Deployment) -> None:
     assert "".join(deltas) == plain.output_text
     assert completed is not None and completed.model == "vllm" and completed.usage is not None
     assert completed.usage.output_tokens == plain.usage.output_tokens
+
+
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "tool_choice", ["required", {"type": "function", "function": {"name": "get_weather"}}]
+)
+def test_tool_calls_come_through_as_vllm_made_them(deployed: Deployment, tool_choice: Any) -> None:
+    """vLLM forces the call (its guided decoding, with the Hermes parser the server runs with); the gateway
+    relays it. Its argument text is the model's (SmolLM2 writes odd ones), so only the shape is held."""
+    arguments: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "tools": [WEATHER_TOOL],
+        "tool_choice": tool_choice,
+        "max_tokens": 128,
+        "temperature": 0,
+    }
+    through = _gateway_client(deployed).chat.completions.create(model="vllm", **arguments)
+    message = through.choices[0].message
+    calls = message.tool_calls
+    assert calls and [call.function.name for call in calls] == ["get_weather"] * len(calls), message.content
+    assert through.model == "vllm" and through.choices[0].finish_reason in ("tool_calls", "stop")
+
+
+def test_structured_outputs_come_through(deployed: Deployment) -> None:
+    from pydantic import BaseModel
+
+    class City(BaseModel):
+        name: str
+        country: str
+
+    parsed = _gateway_client(deployed).chat.completions.parse(
+        model="vllm",
+        messages=[{"role": "user", "content": "Describe Paris as JSON."}],
+        response_format=City,
+        max_tokens=64,
+        temperature=0,
+    )
+    assert isinstance(parsed.choices[0].message.parsed, City)
+
+
+def test_a_responses_conversation_keeps_its_state_in_the_gateway(deployed: Deployment) -> None:
+    client = _gateway_client(deployed)
+    first = client.responses.create(model="vllm", input="Name a colour.", max_output_tokens=8, temperature=0)
+    second = client.responses.create(
+        model="vllm", input="Another one.", previous_response_id=first.id, max_output_tokens=8, temperature=0
+    )
+    assert second.status in ("completed", "incomplete") and second.output_text
+    items = client.responses.input_items.list(second.id).data
+    assert any("Name a colour." in str(item.model_dump()) for item in items)
+    assert client.responses.retrieve(first.id).output_text == first.output_text

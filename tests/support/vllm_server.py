@@ -96,6 +96,11 @@ class VllmServer:
             "--max-model-len",
             str(max_model_len),
             "--enforce-eager",  # no torch.compile: its inductor warm-up takes minutes on two cores
+            # tool calls as agents send them (vLLM refuses any tool_choice without a parser): Hermes's
+            # <tool_call> blocks, the format the reference engine's fallback template asks for too
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "hermes",
         ]
         cpus = list(cpus if cpus is not None else sorted(os.sched_getaffinity(0))[:2])
         self.env = {**os.environ, **vllm.server_env(kv_cache_gib=kv_cache_gib, cpus=cpus)}

@@ -1,7 +1,8 @@
 """The constraint that forces a call: an xgrammar structural tag over the Hermes call markup.
 
-``required`` lets the reply be one call of any offered function, ``named`` one call of that function;
-with ``parallel_tool_calls`` (the default) one or more calls follow each other, a newline apart. Each
+``required`` lets the reply be one call of any offered function, and with ``parallel_tool_calls`` (the
+default) one or more calls, a newline apart; ``named`` is exactly one call of that function, as OpenAI
+and vLLM answer it (a small model would otherwise repeat the call until ``max_tokens``). Each
 call is exactly ``markup.call_prefix(name)``, then arguments that match the function's ``parameters``
 schema, then ``markup.CALL_SUFFIX``; nothing else may be written, so the reply ends after the last
 call. The engine's sampler masks tokens to it (``SamplingParams.structured``). ``auto`` and ``none``
@@ -32,13 +33,14 @@ def forced_calls(tools: ToolRequest) -> StructuredOutput | None:
 
 
 def forced_calls_format(tools: ToolRequest) -> dict[str, Any]:
-    """The structural tag's format: the callable functions' tags, at least one, one only if not parallel."""
+    """The structural tag's format: the callable functions' tags, at least one; one only when named or
+    not parallel."""
     return {
         "type": "tags_with_separator",
         "tags": [_call_tag(tool) for tool in tools.callable_tools()],
         "separator": CALL_SEPARATOR,
         "at_least_one": True,
-        "stop_after_first": not tools.is_parallel,
+        "stop_after_first": not tools.is_parallel or tools.mode == "named",
     }
 
 

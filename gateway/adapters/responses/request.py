@@ -35,6 +35,7 @@ _DROPPED = frozenset(
         "safety_identifier",
         "prompt_cache_key",
         "prompt_cache_retention",
+        "prompt_cache_options",
         "truncation",
         "max_tool_calls",
     }
@@ -49,6 +50,10 @@ _REFUSED = {
     "reasoning": "This model has no reasoning options; send the request without `reasoning`.",
     "include": "This model cannot include extra output data; send the request without `include`.",
     "top_logprobs": "This model's responses carry no log probabilities; leave `top_logprobs` out.",
+    "background_options": "Background responses are not served for this model; leave it out.",
+    "context_management": "Context compaction is not served for this model; leave it out.",
+    "access_programs": "Access programs are not served for this model; leave it out.",
+    "image": "Request-level image options are not served for this model; leave them out.",
 }
 """Fields a chat server cannot honour, when set to anything but their empty value."""
 

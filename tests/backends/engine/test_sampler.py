@@ -114,3 +114,12 @@ def test_validate_names_the_field() -> None:
         SamplingParams(logprobs=99).validate()
     with pytest.raises(ValueError, match="n "):
         SamplingParams(n=0).validate()
+
+
+def test_logit_bias_bans_and_favours_tokens_of_its_row_only() -> None:
+    logits = torch.tensor([[0.1, 3.0, 0.2], [0.1, 3.0, 0.2]])
+    biased = seq(SamplingParams(temperature=0, logit_bias={1: -100.0, 2: 1.0}))
+    out = Sampler()(logits, [biased, seq(SamplingParams(temperature=0))])
+    assert out.token_ids == [[2], [1]]
+    with pytest.raises(ValueError, match="logit_bias"):
+        SamplingParams(logit_bias={1: 101.0}).validate()

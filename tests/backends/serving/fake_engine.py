@@ -45,11 +45,18 @@ class FakeTokenizer:
         return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
 
 
+@dataclass(frozen=True)
+class FakeModelConfig:
+    vocab_size: int = 257
+    """The fake tokenizer's byte ids and EOS."""
+
+
 @dataclass
 class FakeCore:
     tokenizer: FakeTokenizer = field(default_factory=FakeTokenizer)
     model_name: str = "tiny-fake"
     max_model_len: int = 512
+    model_config: FakeModelConfig = field(default_factory=FakeModelConfig)
 
 
 class FakeAsyncEngine:

@@ -76,3 +76,34 @@ def test_too_long_prompt_is_context_length_exceeded(client: openai.OpenAI, base_
     assert info.value.code == "context_length_exceeded"
     body = {"model": MODEL, "prompt": "x" * 10, "max_tokens": 600}
     assert_error(post(base_url, "/v1/completions", body), 400, "context_length_exceeded", "max_tokens")
+
+
+def test_logit_bias_becomes_token_ids_and_a_bad_one_is_named() -> None:
+    import msgspec
+
+    from backends.serving.errors import InvalidRequest
+    from backends.serving.params import chat_params, check_logit_bias
+    from backends.serving.protocol import ChatCompletionRequest as Chat
+
+    request = msgspec.convert(
+        {"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": -100}}, Chat
+    )
+    params = chat_params(request)
+    assert params.logit_bias == {5: -100.0} and params.has_penalties
+    check_logit_bias(params, vocab_size=6)
+    with pytest.raises(InvalidRequest) as outside:
+        check_logit_bias(params, vocab_size=5)
+    assert outside.value.param == "logit_bias"
+    with pytest.raises(InvalidRequest) as not_an_id:
+        chat_params(
+            msgspec.convert({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"a": 1}}, Chat)
+        )
+    assert not_an_id.value.param == "logit_bias"
+
+
+def test_logit_bias_out_of_the_vocabulary_is_a_400_naming_it(base_url: str) -> None:
+    assert (
+        post(base_url, "/v1/chat/completions", chat(max_tokens=4, logit_bias={"5": -100})).status_code == 200
+    )
+    refused = post(base_url, "/v1/chat/completions", chat(logit_bias={"999": 5}))
+    assert_error(refused, 400, param="logit_bias")

@@ -62,3 +62,13 @@ def test_one_call_only_without_parallel_calls() -> None:
 def test_named_takes_only_that_function() -> None:
     g = grammar("named", name="get_time")
     assert accepts(g, TIME_CALL) and not accepts(g, WEATHER_CALL)
+
+
+def test_a_named_choice_is_exactly_one_call_even_when_parallel() -> None:
+    from backends.serving.tools.grammar import forced_calls_format
+
+    tools = (Tool("get_weather", {"type": "object"}), Tool("get_time", {"type": "object"}))
+    named = forced_calls_format(ToolRequest(tools=tools, mode="named", forced_name="get_weather"))
+    required = forced_calls_format(ToolRequest(tools=tools, mode="required"))
+    assert named["stop_after_first"] is True and len(named["tags"]) == 1
+    assert required["stop_after_first"] is False and len(required["tags"]) == 2

@@ -1,0 +1,200 @@
+"""Agents against ``make run``'s stack (the reference engine behind the gateway, the default policy),
+with the clients they use: the openai SDK (tool calls streamed, ``chat.completions.parse`` with a
+pydantic model, the Responses API and its stream, a two-turn ``previous_response_id`` conversation), a
+LangChain agent whose tool is a Python function, and every SDK parameter honoured or refused."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import openai
+import pytest
+from pydantic import BaseModel, Field
+
+from tests.e2e.local_stack import LocalStack, local_stack
+from tests.e2e.sdk_parameters import NOT_FOUND, REFUSED, TABLES, WEATHER_TOOL, sdk_parameters
+
+pytestmark = pytest.mark.slow
+
+MODEL = "gpt-4o-mini"
+"""An alias of the default policy's small pool: SmolLM2-135M-Instruct."""
+ASK: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
+TOOLS: Any = [WEATHER_TOOL]
+WEATHER_SCHEMA = WEATHER_TOOL["function"]["parameters"]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    with local_stack(tmp_path_factory.mktemp("stack")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(stack: LocalStack) -> openai.OpenAI:
+    return openai.OpenAI(base_url=stack.base_url, api_key=stack.api_key, max_retries=0, timeout=120)
+
+
+def test_a_forced_tool_call_streams_as_deltas_and_the_result_is_answered(client: openai.OpenAI) -> None:
+    chunks = client.chat.completions.create(
+        model=MODEL,
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        temperature=0,
+        max_tokens=120,
+        stream=True,
+    )
+    calls: dict[int, dict[str, Any]] = {}
+    finish = None
+    for chunk in chunks:
+        for choice in chunk.choices:
+            finish = choice.finish_reason or finish
+            for delta in choice.delta.tool_calls or []:
+                call = calls.setdefault(delta.index, {"id": None, "name": "", "arguments": ""})
+                call["id"] = call["id"] or delta.id
+                if delta.function is not None:
+                    call["name"] += delta.function.name or ""
+                    call["arguments"] += delta.function.arguments or ""
+    assert finish == "tool_calls" and len(calls) == 1
+    call = calls[0]
+    assert call["name"] == "get_weather" and call["id"]
+    jsonschema.validate(json.loads(call["arguments"]), WEATHER_SCHEMA)
+
+    answer = client.chat.completions.create(
+        model=MODEL,
+        temperature=0,
+        max_tokens=32,
+        messages=[
+            *ASK,
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": call["name"], "arguments": call["arguments"]},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": call["id"], "content": "22 degrees and sunny"},
+        ],
+        tools=TOOLS,
+    )
+    assert answer.choices[0].message.content
+
+
+class City(BaseModel):
+    name: str = Field(max_length=40)
+    country: str = Field(max_length=40)
+    population: int
+
+
+def test_parse_gives_the_pydantic_model(client: openai.OpenAI) -> None:
+    completion = client.chat.completions.parse(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Give the name, country and population of Paris as JSON."}],
+        response_format=City,
+        temperature=0,
+        max_tokens=128,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop"
+    assert isinstance(choice.message.parsed, City)
+
+
+def test_the_responses_tour(client: openai.OpenAI) -> None:
+    first = client.responses.create(model=MODEL, input="What is the capital of France?", temperature=0)
+    assert first.status == "completed" and "Paris" in first.output_text
+
+    events = list(
+        client.responses.create(
+            model=MODEL, input="What is the capital of France?", temperature=0, stream=True
+        )
+    )
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert streamed == first.output_text
+
+    second = client.responses.create(
+        model=MODEL, input="Say that again, in one word.", previous_response_id=first.id, temperature=0
+    )
+    assert second.status == "completed" and second.output_text
+    items = client.responses.input_items.list(second.id)
+    assert any("capital of France" in json.dumps(item.model_dump()) for item in items.data)
+    assert client.responses.retrieve(first.id).output_text == first.output_text
+    client.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(first.id)
+
+
+def test_a_langchain_agent_calls_a_python_function_and_uses_its_result(stack: LocalStack) -> None:
+    from langchain_core.messages import BaseMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
+
+    asked: list[str] = []
+
+    @tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        asked.append(city)
+        return f"It is 22 degrees and sunny in {city}."
+
+    key = SecretStr(stack.api_key)
+    llm = ChatOpenAI(model=MODEL, base_url=stack.base_url, api_key=key, temperature=0, max_retries=0)
+    agent = llm.bind_tools([get_weather], tool_choice="get_weather")
+    messages: list[BaseMessage] = [HumanMessage("What is the weather in Paris?")]
+    decision = agent.invoke(messages)
+    assert decision.tool_calls and decision.tool_calls[0]["name"] == "get_weather"
+    messages.append(decision)
+    messages += [get_weather.invoke(call) for call in decision.tool_calls]
+    final = llm.bind_tools([get_weather]).invoke(messages)
+    assert asked and isinstance(final.content, str) and final.content
+    assert not final.tool_calls
+
+
+@pytest.mark.parametrize("endpoint", sorted(TABLES))
+def test_the_tables_cover_the_sdk(endpoint: str) -> None:
+    method, table = TABLES[endpoint]
+    assert sdk_parameters(method) == set(table)
+
+
+_BASE: dict[str, dict[str, Any]] = {
+    "chat": {"model": MODEL, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8},
+    "completions": {"model": MODEL, "prompt": "The capital of France is", "max_tokens": 4},
+    "embeddings": {"model": "text-embedding-3-small", "input": "hello"},
+    "responses": {"model": MODEL, "input": "Say hello.", "max_output_tokens": 16},
+}
+
+
+def _send(client: openai.OpenAI, endpoint: str, arguments: dict[str, Any]) -> None:
+    create: Any = {
+        "chat": client.chat.completions.create,
+        "completions": client.completions.create,
+        "embeddings": client.embeddings.create,
+        "responses": client.responses.create,
+    }[endpoint]
+    answer = create(**{**_BASE[endpoint], **arguments})
+    if arguments.get("stream"):
+        assert list(answer)  # the whole stream arrives
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "param"), [(endpoint, param) for endpoint, (_, table) in TABLES.items() for param in table]
+)
+def test_every_sdk_parameter_is_honoured_or_refused(client: openai.OpenAI, endpoint: str, param: str) -> None:
+    verdict, arguments = TABLES[endpoint][1][param]
+    if verdict in (REFUSED, NOT_FOUND):
+        error = openai.BadRequestError if verdict == REFUSED else openai.NotFoundError
+        with pytest.raises(error) as refused:
+            _send(client, endpoint, arguments)
+        body = refused.value.body
+        assert isinstance(body, dict) and body.get("param") == param, body
+    else:
+        _send(client, endpoint, arguments)

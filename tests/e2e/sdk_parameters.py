@@ -1,8 +1,8 @@
 """Every request parameter of the openai SDK's ``create`` methods, each with a value to send and what
 ``make run``'s stack does with it: ``HONOURED`` (answered: the field does what OpenAI documents, or
-is a hint that never changes the output, such as ``metadata`` or ``prompt_cache_key``) or
-``REFUSED`` (a 400 naming it in ``param``), or ``NOT_FOUND`` (a 404 naming it). A parameter the SDK adds later fails
-``test_the_tables_cover_the_sdk`` until it is put in one of the two."""
+is a hint that never changes the output, such as ``metadata`` or ``prompt_cache_key``), ``REFUSED``
+(a 400 naming it in ``param``) or ``NOT_FOUND`` (a 404 naming it). A parameter the SDK adds later
+fails ``test_the_tables_cover_the_sdk`` until it is put in a table."""
 
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ MODEL = "gpt-4o-mini"
 ASK: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
 TOOLS: Any = [WEATHER_TOOL]
 WEATHER_SCHEMA = WEATHER_TOOL["function"]["parameters"]
+THINKING: Any = {"type": "enabled", "budget_tokens": 1024}
 
 
 @pytest.fixture(scope="module")
@@ -198,3 +199,88 @@ def test_every_sdk_parameter_is_honoured_or_refused(client: openai.OpenAI, endpo
         assert isinstance(body, dict) and body.get("param") == param, body
     else:
         _send(client, endpoint, arguments)
+
+
+def test_anthropics_sdk_plain_streamed_a_tool_use_loop_and_count_tokens(stack: LocalStack) -> None:
+    import anthropic
+
+    client = anthropic.Anthropic(
+        base_url=stack.base_url.removesuffix("/v1"), api_key=stack.api_key, max_retries=0
+    )
+    question: Any = [{"role": "user", "content": "What is the capital of France?"}]
+    greedy: Any = {"temperature": 0}  # the SDK no longer takes it by name; the route still does
+    message = client.messages.create(model=MODEL, max_tokens=16, messages=question, extra_body=greedy)
+    answer: Any = message.content[0]
+    assert message.stop_reason in ("end_turn", "max_tokens") and "Paris" in answer.text
+    with client.messages.stream(model=MODEL, max_tokens=16, messages=question, extra_body=greedy) as stream:
+        streamed = "".join(stream.text_stream)
+    assert streamed == answer.text
+
+    tool: Any = {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "input_schema": WEATHER_SCHEMA,
+    }
+    choose: Any = {"type": "tool", "name": "get_weather"}
+    turns: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
+    decision = client.messages.create(
+        model=MODEL,
+        max_tokens=120,
+        messages=turns,
+        tools=[tool],
+        tool_choice=choose,
+        extra_body=greedy,
+    )
+    use: Any = next(block for block in decision.content if block.type == "tool_use")
+    assert decision.stop_reason == "tool_use" and use.name == "get_weather"
+    jsonschema.validate(use.input, WEATHER_SCHEMA)
+    turns += [
+        {"role": "assistant", "content": [block.model_dump() for block in decision.content]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "22 degrees"}],
+        },
+    ]
+    final = client.messages.create(
+        model=MODEL, max_tokens=32, messages=turns, tools=[tool], extra_body=greedy
+    )
+    assert final.content and final.content[0].type == "text" and final.stop_reason != "tool_use"
+    counted = client.messages.count_tokens(model=MODEL, messages=question)
+    assert 0 < counted.input_tokens
+    with pytest.raises(anthropic.BadRequestError):  # extended thinking: no chat server has it
+        client.messages.create(
+            model=MODEL, max_tokens=16, messages=question, thinking={"type": "enabled", "budget_tokens": 1024}
+        )
+
+
+def test_a_batch_runs_through_the_stack(client: openai.OpenAI) -> None:
+    import io
+    import time
+
+    lines = [
+        {
+            "custom_id": f"q{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": f"Say {word}."}],
+                "max_tokens": 8,
+            },
+        }
+        for i, word in enumerate(["hello", "yes", "no"])
+    ]
+    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    uploaded = client.files.create(file=("batch.jsonl", io.BytesIO(data)), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    deadline = time.monotonic() + 120
+    while batch.status not in ("completed", "failed", "expired", "cancelled") and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling the batch's own status: the condition, checked again
+        batch = client.batches.retrieve(batch.id)
+    assert batch.status == "completed" and batch.request_counts is not None
+    assert batch.request_counts.completed == 3 and batch.output_file_id
+    results = [json.loads(line) for line in client.files.content(batch.output_file_id).text.splitlines()]
+    assert [r["custom_id"] for r in results] == ["q0", "q1", "q2"]
+    assert all(r["response"]["status_code"] == 200 for r in results)

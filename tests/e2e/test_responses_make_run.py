@@ -5,62 +5,20 @@ completions. ``responses.create``, its stream (and the SDK's stream helper), and
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import openai
 import pytest
-import yaml
 
-from tools.servers.redis_server import free_port
+from tests.e2e.local_stack import local_stack
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
-    tmp = tmp_path_factory.mktemp("responses-run")
-    engine_port, gateway_port = free_port(), free_port()
-    document = yaml.safe_load((REPO / "policies" / "default.yaml").read_text())
-    policy = tmp / "default.yaml"
-    policy.write_text(yaml.safe_dump(document).replace("127.0.0.1:8100", f"127.0.0.1:{engine_port}"))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "run", "--policy", str(policy), "--port", str(gateway_port)],
-        cwd=tmp,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 240
-        lines: list[str] = []
-        exports: dict[str, str] = {}
-        while time.monotonic() < deadline and len(exports) < 2:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if line.startswith("export OPENAI_"):
-                name, _, value = line.removeprefix("export ").strip().partition("=")
-                exports[name] = value
-        assert len(exports) == 2, "".join(lines[-30:])
-        yield openai.OpenAI(
-            base_url=exports["OPENAI_BASE_URL"], api_key=exports["OPENAI_API_KEY"], max_retries=0, timeout=120
-        )
-    finally:
-        proc.terminate()
-        try:
-            proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+    with local_stack(tmp_path_factory.mktemp("responses-run")) as stack:
+        yield openai.OpenAI(base_url=stack.base_url, api_key=stack.api_key, max_retries=0, timeout=120)
 
 
 def test_responses_create_answers_from_the_engine(client: openai.OpenAI) -> None:

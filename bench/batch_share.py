@@ -1,13 +1,14 @@
 """Interactive time to first token with and without a 1,000-request batch sharing the pool.
 
-    python bench/batch_share.py [--lines 1000] [--clients 2] [--slots 4] [--seconds 5]
+    python bench/batch_share.py [--lines 1000] [--clients 2] [--slots 4] [--reserve 2] [--seconds 5]
 
 One gateway on loopback (uvicorn in a thread, the batch runner in its process) in front of the fake
 upstream, whose ``slow-start`` model answers after ``--upstream-ms``. The pool takes ``--slots``
-requests at once and queues the rest (``routing.pools.<pool>.queue``), so interactive streams and
-batch lines compete for its slots. Interactive clients stream chat completions back to back; the
-bench reports their TTFT p50 and p90 alone, then while the batch runs, and the batch's throughput
-(lines a second, from its creation to ``completed``).
+requests at once and queues the rest (``routing.pools.<pool>.queue``); batch lines leave ``--reserve``
+of them free for interactive streams (``queue.interactive_reserve``). Interactive clients stream chat
+completions back to back. The bench runs the batch alone, then the clients alone, then both, and
+reports the clients' TTFT p50 and p90 and the batch's throughput (lines a second, from its creation
+to ``completed``) each way.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tools.servers.fake_upstream import FakeUpstream
 from tools.servers.gateway_server import GatewayServer, write_policy
 
 KEY = new_key()
+FINAL = ("completed", "failed", "expired", "cancelled")
 
 
 def policy(upstream: FakeUpstream, files_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -45,7 +47,11 @@ def policy(upstream: FakeUpstream, files_dir: Path, args: argparse.Namespace) ->
             "pools": {
                 "work": {
                     "max_outstanding_per_replica": args.slots,
-                    "queue": {"max_wait_s": 60, "max_queued_per_tenant": 10_000},
+                    "queue": {
+                        "max_wait_s": 60,
+                        "max_queued_per_tenant": 10_000,
+                        "interactive_reserve": args.reserve,
+                    },
                 }
             }
         },
@@ -108,6 +114,24 @@ def quantiles_ms(values: list[float]) -> dict[str, float | None]:
     return {"p50_ms": round(statistics.median(values) * 1000, 1), "p90_ms": round(p90 * 1000, 1)}
 
 
+def run_batch(api: httpx.Client, file_id: str) -> dict[str, Any]:
+    """Create a batch of ``file_id``, wait until it ends; its status, counts and lines a second."""
+    body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    start = time.perf_counter()
+    batch_id = api.post("/v1/batches", json=body).json()["id"]
+    while (batch := api.get(f"/v1/batches/{batch_id}").json())["status"] not in FINAL:
+        time.sleep(0.05)
+    seconds = time.perf_counter() - start
+    counts = batch["request_counts"]
+    return {
+        "status": batch["status"],
+        "completed": counts["completed"],
+        "failed": counts["failed"],
+        "seconds": round(seconds, 2),
+        "lines_per_s": round(counts["completed"] / seconds, 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -115,6 +139,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--lines", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=2, help="interactive clients, each back to back")
     parser.add_argument("--slots", type=int, default=4, help="requests the pool takes at once")
+    parser.add_argument(
+        "--reserve", type=int, default=2, help="slots batch lines leave to interactive requests"
+    )
     parser.add_argument("--batch-concurrency", type=int, default=8, help="batch lines in flight")
     parser.add_argument("--upstream-ms", type=float, default=20.0)
     parser.add_argument("--seconds", type=float, default=5.0, help="the interactive-only phase")
@@ -131,41 +158,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             with httpx.Client(base_url=server.url, headers=headers, timeout=60) as api:
                 files = {"file": ("batch.jsonl", batch_file(args.lines))}
                 file_id = api.post("/v1/files", files=files, data={"purpose": "batch"}).json()["id"]
+                batch_alone = run_batch(api, file_id)
                 made: dict[str, Any] = {}
-
-                def until_done() -> None:
-                    body = {
-                        "input_file_id": file_id,
-                        "endpoint": "/v1/chat/completions",
-                        "completion_window": "24h",
-                    }
-                    made["start"] = time.perf_counter()
-                    batch_id = api.post("/v1/batches", json=body).json()["id"]
-                    while (batch := api.get(f"/v1/batches/{batch_id}").json())["status"] not in (
-                        "completed",
-                        "failed",
-                        "expired",
-                        "cancelled",
-                    ):
-                        time.sleep(0.05)
-                    made["seconds"] = time.perf_counter() - made["start"]
-                    made["batch"] = batch
-
-                shared = run_clients(server.url, args.clients, until_done)
+                shared = run_clients(server.url, args.clients, lambda: made.update(run_batch(api, file_id)))
         finally:
             server.stop()
             upstream.stop()
-    counts = made["batch"]["request_counts"]
     result = {
         "interactive_alone": {"requests": len(alone), **quantiles_ms(alone)},
         "interactive_with_batch": {"requests": len(shared), **quantiles_ms(shared)},
-        "batch": {
-            "status": made["batch"]["status"],
-            "completed": counts["completed"],
-            "failed": counts["failed"],
-            "seconds": round(made["seconds"], 2),
-            "lines_per_s": round(counts["completed"] / made["seconds"], 1),
-        },
+        "batch_alone": batch_alone,
+        "batch_with_interactive": made,
         "args": vars(args),
     }
     print(json.dumps(result, indent=2))

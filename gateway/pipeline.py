@@ -148,6 +148,8 @@ class Call:
     """The path the client asked for (a pass-through route is sent to the same path upstream)."""
     result_filters: list[ResultFilter] = field(default_factory=list)
     """Applied to the result after the stages (a cache tapping a stream, embeddings merging)."""
+    is_background: bool = False
+    """Background work (a batch line): it leaves its pool's ``queue.interactive_reserve`` slots free."""
     started_at: float = field(default_factory=time.perf_counter)
     pool: str | None = None
     replica: ReplicaState | None = None

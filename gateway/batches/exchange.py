@@ -115,6 +115,7 @@ class BatchExchange:
         lowest = batch_priority(compiled.policy)
         call.body["priority"] = max(given, lowest) if isinstance(given, int) else lowest
         self.priority = call.priority
+        call.is_background = True  # it leaves the pool's interactive reserve alone
         return call
 
     async def deliver(self, call: Call, result: BytesResult | StreamResult) -> int:

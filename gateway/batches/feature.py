@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from gateway.batches.metrics import BatchMetrics
 from gateway.batches.redis_state import RedisBatchState
 from gateway.batches.routes import batch_routes
 from gateway.batches.runner import BatchRunner
@@ -46,7 +47,7 @@ class BatchFeature:
     ) -> None:
         policy = gateway.policy
         self.service = BatchService(state or build_batch_state(policy), policy.batches.files_dir, clock=clock)
-        self.runner = BatchRunner(gateway, self.service, observer)
+        self.runner = BatchRunner(gateway, self.service, observer, BatchMetrics(gateway.metrics.registry))
         self.routes = batch_routes(gateway, self.service)
 
     async def start(self) -> None:

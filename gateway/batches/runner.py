@@ -25,6 +25,7 @@ import msgspec
 
 from gateway.batches.exchange import BatchExchange
 from gateway.batches.jsonl import BatchLine
+from gateway.batches.metrics import BatchMetrics
 from gateway.batches.records import FINAL_STATUSES, StoredBatch
 from gateway.batches.service import BatchService
 from gateway.lifecycle import Observer, live
@@ -45,9 +46,16 @@ class BatchRunner:
     """Claims and runs batch lines for this process; ``start()`` in the app's startup, ``await stop()``
     first thing in its shutdown."""
 
-    def __init__(self, gateway: Gateway, service: BatchService, observer: Observer | None = None) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        service: BatchService,
+        observer: Observer | None = None,
+        metrics: BatchMetrics | None = None,
+    ) -> None:
         self.gateway = gateway
         self.service = service
+        self.metrics = metrics or BatchMetrics(None)
         self.observer = observer
         """Spans and access-log lines of batch lines (None: none)."""
         self.in_flight: dict[asyncio.Task[None], tuple[str, int]] = {}
@@ -127,18 +135,23 @@ class BatchRunner:
         try:
             await live(self.gateway, self.observer, exchange)
         except asyncio.CancelledError:  # stopping: the line goes back, to be claimed at once
+            self.metrics.count_line("handed_back")
             await self._release(batch_id, index, 0.0)
             raise
         self.priorities.append(exchange.priority)
         if exchange.result is None:  # wait, then run it again (this process pauses the batch)
             wait = exchange.retry_after_s or 1.0
             self._paused_until[batch_id] = time.monotonic() + wait
+            self.metrics.count_line("retried")
             await self._release(batch_id, index, wait)
             return
         try:
-            await state.record(batch_id, index, _encode(exchange.result), exchange.result.is_ok)
+            written = await state.record(batch_id, index, _encode(exchange.result), exchange.result.is_ok)
         except _STORE_ERRORS as error:  # not recorded: the line runs again once its lease ends
+            self.metrics.count_line("unrecorded")
             logger.warning("batch line result not recorded: %r", error)
+        else:  # not written: the line already had a result (its lease ran out here, another ran it)
+            self.metrics.count_line("recorded" if written else "already_recorded")
 
     async def _release(self, batch_id: str, index: int, wait_s: float) -> None:
         try:

@@ -111,6 +111,14 @@ class QueueConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     gets 503 ``pool_saturated`` with ``Retry-After``."""
     max_queued_per_tenant: PositiveInt = 100
     """Requests of one tenant waiting at once; one more gets 429 ``queue_full`` with ``Retry-After``."""
+    interactive_reserve: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Slots of the pool (and its fallbacks) that background work leaves to interactive requests: a batch
+    line takes a slot only while more than this many are free, so an interactive request arriving
+    beside a running batch finds one at once instead of waiting for a line to finish."""
+    interactive_reserve_hold_s: PositiveSeconds = 2.0
+    """How long the reserve is held after the pool's last interactive request: past it (no interactive
+    traffic) batch lines may fill every slot, and the first interactive request after the lull waits for
+    at most one of them to end."""
 
 
 class PoolRouting(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -107,6 +107,18 @@ class FairQueue(Generic[T]):
                 return entry
         return None
 
+    def peek(self) -> Entry[T] | None:
+        """The entry ``pop`` would return next (still queued), or None when nothing is queued."""
+        for priority in sorted(self._classes):
+            klass = self._classes[priority]
+            while klass.num_queued:
+                entry = klass.heap[0][2]
+                if entry.is_queued:
+                    return entry
+                heapq.heappop(klass.heap)  # removed earlier: drop it now, as pop would
+                klass.num_removed -= 1
+        return None
+
     def requeue(self, entry: Entry[T]) -> None:
         """Put a popped entry back with its tags unchanged: it heads its class again."""
         if not entry.is_queued:

@@ -77,6 +77,9 @@ class Ticket:
     """The request's class: lower goes first."""
     weight: float = 1.0
     """The tenant's share of its class, relative to the other tenants waiting in it."""
+    leave_free: int = 0
+    """Free slots the request must leave to others: a background request (a batch line) takes a slot
+    only while more than this many are free (its pool's ``queue.interactive_reserve``)."""
 
 
 class QueueObserver(Protocol):
@@ -147,6 +150,9 @@ class SlotQueue(Generic[S]):
         self.waiting: FairQueue[_Waiter] = FairQueue()
         self.num_granted = 0
         """Waiters granted a slot that have not taken it yet: new arrivals queue behind them."""
+        self.reserve_until = float("-inf")
+        """Until when (``clock``) background requests leave their ``leave_free`` slots: the last
+        interactive request's arrival plus ``queue.interactive_reserve_hold_s``."""
 
     @property
     def is_idle(self) -> bool:
@@ -157,7 +163,9 @@ class SlotQueue(Generic[S]):
         self, ticket: Ticket, config: QueueConfig, timeout_s: float, pick: Callable[[], S | None]
     ) -> S | None:
         """The slot ``pick()`` finds once it is ``ticket``'s turn (see the module's docstring)."""
-        if self.is_idle:  # nobody waits: serve now if there is room
+        if not ticket.leave_free:  # interactive: hold the reserve for a while
+            self.reserve_until = self.clock() + config.interactive_reserve_hold_s
+        if self.is_idle and self._leaves_room(ticket):  # nobody waits: serve now if there is room
             slot = pick()
             if slot is not None:
                 self.waiting.charge(ticket.tenant, priority=ticket.priority, weight=ticket.weight)
@@ -204,6 +212,9 @@ class SlotQueue(Generic[S]):
             free = self.free_slots()
             if free is not None and free <= self.num_granted:
                 return
+            head = self.waiting.peek()
+            if head is not None and not self._leaves_room(head.item.ticket, free):
+                return  # a background head: the rest behind it are background too (later classes)
             entry = self.waiting.pop()
             assert entry is not None
             waiter = entry.item
@@ -215,6 +226,14 @@ class SlotQueue(Generic[S]):
             waiter.future.set_result(None)
 
     # -- inside
+
+    def _leaves_room(self, ticket: Ticket, free: int | None = None) -> bool:
+        """Whether ``ticket`` may take a slot now and still leave ``ticket.leave_free`` to others."""
+        if not ticket.leave_free or self.clock() >= self.reserve_until:
+            return True
+        if free is None:
+            free = self.free_slots()
+        return free is None or free - self.num_granted > ticket.leave_free
 
     def _arm(self, waiter: _Waiter, delay_s: float) -> None:
         waiter.timer = self.call_later(delay_s, lambda: self._expire(waiter))

@@ -96,7 +96,10 @@ class PickReplica:
         priority = call.priority
         tenant = policy.tenants.get(call.tenant)
         ticket = Ticket(
-            call.tenant, 0 if priority is None else priority, tenant.weight if tenant is not None else 1.0
+            call.tenant,
+            0 if priority is None else priority,
+            tenant.weight if tenant is not None else 1.0,
+            config.interactive_reserve if call.is_background else 0,
         )
         timeout_s = min(config.max_wait_s, call.deadline - time.perf_counter())  # waiting spends it
         try:

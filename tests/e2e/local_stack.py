@@ -1,5 +1,7 @@
 """``make run``'s stack for an end-to-end test module: ``sortyard run`` (the reference engine with
-SmolLM2 and Gemma 3 270M, the gateway in front) on free loopback ports, with the default policy."""
+SmolLM2 and Gemma 3 270M, the gateway in front) on free loopback ports, with the default policy; and
+more gateways beside it (``sortyard run --no-engine`` in the same directory: the same policy, key and
+files, in front of the same engine)."""
 
 from __future__ import annotations
 
@@ -7,10 +9,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -18,6 +21,7 @@ from tools.servers.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 240.0
+POLICY = "default.yaml"
 
 
 @dataclass(frozen=True)
@@ -27,22 +31,48 @@ class LocalStack:
     base_url: str
     api_key: str
     workdir: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    """What the test added to the environment (a Redis URL): every gateway of the stack gets it."""
 
 
 @contextmanager
-def local_stack(workdir: Path) -> Iterator[LocalStack]:
-    """Start ``sortyard run`` in ``workdir`` and wait for its two ``export`` lines; stop it after."""
-    engine_port, gateway_port = free_port(), free_port()
+def local_stack(
+    workdir: Path, env: Mapping[str, str] | None = None, changes: Mapping[str, Any] | None = None
+) -> Iterator[LocalStack]:
+    """Start ``sortyard run`` in ``workdir`` (the default policy with ``changes``' top-level sections
+    put in) and wait for its two ``export`` lines; stop it after."""
     document = yaml.safe_load((REPO / "policies" / "default.yaml").read_text())
-    policy = workdir / "default.yaml"
-    policy.write_text(yaml.safe_dump(document).replace("127.0.0.1:8100", f"127.0.0.1:{engine_port}"))
+    text = yaml.safe_dump({**document, **(changes or {})})
+    (workdir / POLICY).write_text(text.replace("127.0.0.1:8100", f"127.0.0.1:{free_port()}"))
+    with _gateway(workdir, POLICY, dict(env or {}), ()) as stack:
+        yield stack
+
+
+@contextmanager
+def extra_gateway(stack: LocalStack, changes: Mapping[str, Any] | None = None) -> Iterator[LocalStack]:
+    """Another gateway in front of ``stack``'s engine, with its policy (and ``changes``), key, files and
+    environment; stopped (SIGTERM, gracefully) when the block ends."""
+    document = yaml.safe_load((stack.workdir / POLICY).read_text())
+    port = free_port()
+    name = f"gateway-{port}.yaml"  # beside the stack's: the same overlay (local.yaml) and its key
+    (stack.workdir / name).write_text(yaml.safe_dump({**document, **(changes or {})}))
+    with _gateway(stack.workdir, name, dict(stack.env), ("--no-engine",), port) as extra:
+        yield extra
+
+
+@contextmanager
+def _gateway(
+    workdir: Path, policy: str, env: dict[str, str], extra: tuple[str, ...], port: int | None = None
+) -> Iterator[LocalStack]:
+    port = port or free_port()
+    command = [sys.executable, "-m", "gateway", "run", "--policy", policy, "--port", str(port), *extra]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "run", "--policy", str(policy), "--port", str(gateway_port)],
+        command,
         cwd=workdir,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
     )
     lines: list[str] = []
     try:
@@ -58,7 +88,7 @@ def local_stack(workdir: Path) -> Iterator[LocalStack]:
                 name, _, value = line.removeprefix("export ").strip().partition("=")
                 exports[name] = value
         assert len(exports) == 2, "".join(lines[-30:])
-        yield LocalStack(exports["OPENAI_BASE_URL"], exports["OPENAI_API_KEY"], workdir)
+        yield LocalStack(exports["OPENAI_BASE_URL"], exports["OPENAI_API_KEY"], workdir, env)
     finally:
         proc.terminate()
         try:

@@ -1,20 +1,27 @@
-"""Agents against ``make run``'s stack (the reference engine behind the gateway, the default policy),
-with the clients they use: the openai SDK (tool calls streamed, ``chat.completions.parse`` with a
-pydantic model, the Responses API and its stream, a two-turn ``previous_response_id`` conversation), a
-LangChain agent whose tool is a Python function, and every SDK parameter honoured or refused."""
+"""Agents and offline batches against ``make run``'s stack (the reference engine behind the gateway, the
+default policy, its store on a real Redis), with the clients they use: the openai SDK (tool calls
+streamed, ``chat.completions.parse`` with a pydantic model, the Responses API and its stream, a
+two-turn ``previous_response_id`` conversation), a LangChain agent whose tool is a Python function,
+Anthropic's SDK, every SDK parameter honoured or refused, and the Batch API shared by two gateways and
+resumed by a restarted one."""
 
 from __future__ import annotations
 
+import io
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import jsonschema
 import openai
 import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field
 
-from tests.e2e.local_stack import LocalStack, local_stack
+from tests.e2e.local_stack import LocalStack, extra_gateway, local_stack
 from tests.e2e.sdk_parameters import NOT_FOUND, REFUSED, TABLES, WEATHER_TOOL, sdk_parameters
 
 pytestmark = pytest.mark.slow
@@ -28,8 +35,11 @@ THINKING: Any = {"type": "enabled", "budget_tokens": 1024}
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with local_stack(tmp_path_factory.mktemp("stack")) as running:
+def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[LocalStack]:
+    """``make run`` with the policy's store on a real Redis (``SORTYARD_REDIS_URL``), as a platform runs
+    it; this gateway serves the Batch API but runs no lines (``extra_gateway``s do, below)."""
+    env = {"SORTYARD_REDIS_URL": redis_url}
+    with local_stack(tmp_path_factory.mktemp("stack"), env, {"batches": {"concurrency": 0}}) as running:
         yield running
 
 
@@ -253,34 +263,112 @@ def test_anthropics_sdk_plain_streamed_a_tool_use_loop_and_count_tokens(stack: L
         )
 
 
-def test_a_batch_runs_through_the_stack(client: openai.OpenAI) -> None:
-    import io
-    import time
+# -- offline work: the Batch API on the same stack, with a second gateway and a restart
 
-    lines = [
+
+def batch_lines(prefix: str, n: int) -> bytes:
+    lines = (
         {
-            "custom_id": f"q{i}",
+            "custom_id": f"{prefix}{i}",
             "method": "POST",
             "url": "/v1/chat/completions",
             "body": {
                 "model": MODEL,
-                "messages": [{"role": "user", "content": f"Say {word}."}],
-                "max_tokens": 8,
+                "messages": [{"role": "user", "content": f"Count to {i + 3}."}],
+                "max_tokens": 16,
             },
         }
-        for i, word in enumerate(["hello", "yes", "no"])
-    ]
-    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
-    uploaded = client.files.create(file=("batch.jsonl", io.BytesIO(data)), purpose="batch")
-    batch = client.batches.create(
-        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        for i in range(n)
     )
-    deadline = time.monotonic() + 120
-    while batch.status not in ("completed", "failed", "expired", "cancelled") and time.monotonic() < deadline:
-        time.sleep(0.2)  # polling the batch's own status: the condition, checked again
-        batch = client.batches.retrieve(batch.id)
-    assert batch.status == "completed" and batch.request_counts is not None
-    assert batch.request_counts.completed == 3 and batch.output_file_id
-    results = [json.loads(line) for line in client.files.content(batch.output_file_id).text.splitlines()]
+    return "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+
+def until(condition: Callable[[], Any], what: str, timeout_s: float = 180.0) -> Any:
+    """Poll ``condition`` (a state the stack reports) until it is truthy; its value."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return value
+
+
+def finished_batch(client: openai.OpenAI, batch_id: str) -> Any:
+    batch = client.batches.retrieve(batch_id)
+    return batch if batch.status in ("completed", "failed", "expired", "cancelled") else None
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """A counter's value on a server's ``/metrics`` (summed over the label sets that match ``labels``)."""
+    text = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=10).text
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+def engine_url(stack: LocalStack) -> str:
+    document = yaml.safe_load((stack.workdir / "default.yaml").read_text())
+    return str(document["pools"]["small"]["replicas"][0]["base_url"])
+
+
+def results_of(client: openai.OpenAI, batch: Any) -> list[dict[str, Any]]:
+    assert batch.status == "completed" and batch.output_file_id
+    return [json.loads(line) for line in client.files.content(batch.output_file_id).text.splitlines()]
+
+
+RUNS_LINES = {"batches": {"concurrency": 8}}
+
+
+def test_a_batch_runs_through_the_stack(stack: LocalStack, client: openai.OpenAI) -> None:
+    uploaded = client.files.create(file=("batch.jsonl", io.BytesIO(batch_lines("q", 3))), purpose="batch")
+    with extra_gateway(stack, RUNS_LINES):
+        batch = client.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        done = until(lambda: finished_batch(client, batch.id), "the batch")
+    results = results_of(client, done)
     assert [r["custom_id"] for r in results] == ["q0", "q1", "q2"]
     assert all(r["response"]["status_code"] == 200 for r in results)
+
+
+def test_two_gateways_share_a_batch_and_a_restarted_one_resumes_it(
+    stack: LocalStack, client: openai.OpenAI
+) -> None:
+    engine, n = engine_url(stack), 40
+    before = answered(engine)
+    uploaded = client.files.create(file=("shared.jsonl", io.BytesIO(batch_lines("s", n))), purpose="batch")
+    with extra_gateway(stack, RUNS_LINES) as first, extra_gateway(stack, RUNS_LINES) as second:
+        batch = client.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        until(lambda: recorded(first) and recorded(second), "a line recorded by each gateway")
+    # both stopped (SIGTERM) with lines in flight, handed back; nothing runs lines until one starts
+    counts = client.batches.retrieve(batch.id).request_counts
+    assert counts is not None
+    left = n - counts.completed - counts.failed
+    with extra_gateway(stack, RUNS_LINES) as restarted:
+        done = until(lambda: finished_batch(client, batch.id), "the batch")
+        assert recorded(restarted) == left  # it resumed the batch: every line that was left, once
+    results = results_of(client, done)
+    assert done.request_counts is not None and (
+        done.request_counts.completed,
+        done.request_counts.failed,
+    ) == (n, 0)
+    assert sorted(r["custom_id"] for r in results) == sorted(f"s{i}" for i in range(n))  # each line once
+    assert all(r["response"]["status_code"] == 200 for r in results)
+    # the engine answered each line once, plus at most the lines the stopped gateways had in flight
+    # (one may finish on the engine just as its gateway lets go of it)
+    assert n <= answered(engine) - before <= n + 16
+
+
+def recorded(gateway: LocalStack) -> float:
+    return metric(gateway.base_url, "sortyard_batch_lines_total", outcome="recorded")
+
+
+def answered(engine: str) -> float:
+    return sum(
+        metric(engine, "vllm:request_success_total", model_name="smollm2-135m", finished_reason=reason)
+        for reason in ("stop", "length")
+    )

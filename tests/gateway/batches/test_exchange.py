@@ -114,3 +114,11 @@ async def test_a_key_that_is_gone_fails_its_lines() -> None:
     compiled = compile_policy(policy(keys=[{"sha256": "b" * 64, "tenant": "acme"}]))
     with pytest.raises(AuthenticationFailed):
         await exchange().open(compiled, "r1", None)
+
+
+async def test_a_line_runs_as_background_work() -> None:
+    compiled = compile_policy(policy(keys=[{"sha256": SHA, "tenant": "acme"}]))
+    line = BatchLine("a", msgspec.Raw(b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'))
+    made = BatchExchange(_Gateway(), "/v1/chat/completions", SHA, line)  # type: ignore[arg-type]
+    call = await made.open(compiled, "r1", None)
+    assert call.is_background and call.priority == batch_priority(compiled.policy)

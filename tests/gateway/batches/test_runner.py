@@ -50,6 +50,11 @@ def recorded_ids(server: GatewayServer, file_id: str) -> list[str]:
     return [json.loads(line)["custom_id"] for line in content.splitlines() if line.strip()]
 
 
+def lines_counted(server: GatewayServer, outcome: str) -> float:
+    value = server.gateway.metrics.registry.get_sample_value("sortyard_batch_lines_total", {"outcome": outcome})
+    return value or 0.0
+
+
 def test_two_gateways_share_one_batch_each_line_once(
     shared_policy: Path, gateways: list[tuple[GatewayServer, BatchFeature]], upstream: FakeUpstream
 ) -> None:
@@ -78,6 +83,8 @@ def test_two_gateways_share_one_batch_each_line_once(
     assert Counter(sent_prompts(upstream, "two")) == Counter(f"two prompt {i}" for i in range(24))
     runs = len(first_batches.runner.priorities) + len(second_batches.runner.priorities)
     assert runs == 24 and first_batches.runner.priorities and second_batches.runner.priorities
+    recorded = [lines_counted(server, "recorded") for server in (first, second)]
+    assert sum(recorded) == 24 and all(recorded)  # on each gateway's /metrics registry
 
 
 def test_a_restarted_gateway_resumes_the_batch(
@@ -108,6 +115,7 @@ def test_a_restarted_gateway_resumes_the_batch(
     assert recorded_ids(second, done.output_file_id) == [f"restart-{i}" for i in range(10)]  # each once
     sent = Counter(sent_prompts(upstream, "restart"))
     assert sum(sent.values()) == 14 and sum(1 for n in sent.values() if n == 2) == 4  # the four ran again
+    assert lines_counted(second, "recorded") == 10
 
 
 def test_batch_calls_run_in_the_lowest_priority_class(

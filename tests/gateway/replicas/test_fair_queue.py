@@ -124,3 +124,15 @@ def test_a_requeued_entry_leads_a_class_that_started_afresh() -> None:
     queue.requeue(entry)  # its slot was taken: back, ahead of anyone who came meanwhile
     queue.push("b0", "b")
     assert drain(queue) == ["a2", "b0"]
+
+
+def test_peek_shows_what_pop_takes_next_and_leaves_it_queued() -> None:
+    queue: FairQueue[str] = FairQueue()
+    assert queue.peek() is None
+    late = queue.push("batch", "a", priority=9)
+    first = queue.push("chat", "b")
+    queue.remove(first)  # a removed entry is skipped by peek as by pop
+    head = queue.peek()
+    assert head is late and head.is_queued and len(queue) == 1
+    popped = queue.pop()
+    assert popped is late and queue.peek() is None

@@ -197,6 +197,52 @@ async def test_a_more_urgent_class_goes_first() -> None:
     assert await serve_in_turn(setup, holder, tasks) == ["urgent", "normal", "batch"]
 
 
+async def test_background_work_leaves_the_interactive_reserve_free() -> None:
+    setup = make(cap=3)  # three slots, one kept for interactive requests
+    setup.balancer.release(await setup.served("b"))  # interactive traffic: the reserve is held
+    lines = [await setup.served("a", priority=9, leave_free=1) for _ in range(2)]
+    third = await setup.queued("a", priority=9, leave_free=1)  # only the reserve is free: it waits
+    interactive = await setup.served("b")  # takes the reserve at once, past the waiting line
+    assert interactive is lines[0] and interactive.outstanding == 3 and not third.done()
+    setup.balancer.release(interactive)  # the reserve frees up: still not for background work
+    await until(lambda: setup.queues.queue("large").num_granted == 0)
+    assert not third.done()
+    setup.balancer.release(lines[0])  # two free now: the line takes one, one stays in reserve
+    assert await third is lines[0]
+    assert setup.queues.queue("large").is_idle
+
+
+async def test_an_interactive_waiter_is_granted_before_background_ones() -> None:
+    setup = make(cap=2)
+    holders = [await setup.served("a"), await setup.served("b")]
+    tasks = {"line": await setup.queued("a", priority=9, leave_free=1), "chat": await setup.queued("b")}
+    setup.balancer.release(holders[0])
+    assert await next_served(setup, tasks) == "chat"  # the only free slot is the reserve
+    setup.balancer.release(holders[1])
+    await until(lambda: setup.queues.queue("large").num_granted == 0)
+    assert not tasks["line"].done()  # one free, and it is the reserve
+    setup.balancer.release(holders[0])
+    assert await next_served(setup, tasks) == "line"
+
+
+async def test_without_interactive_traffic_background_work_fills_every_slot() -> None:
+    setup = make(cap=2)
+    background: dict[str, Any] = {"priority": 9, "leave_free": 1}
+    replica = setup.balancer.replicas("large")[0]
+    assert await setup.served("a", **background) is await setup.served("a", **background)  # none seen
+    setup.balancer.release(replica)
+    setup.balancer.release(replica)
+    setup.balancer.release(await setup.served("b"))  # an interactive request holds the reserve ...
+    await setup.served("a", **background)
+    line = await setup.queued("a", **background)
+    setup.time.now += QUEUE.interactive_reserve_hold_s  # ... until the hold runs out with no other
+    setup.balancer.release(replica)  # a release dispatches
+    taken = await line
+    assert taken is not None
+    taken.acquire()
+    assert (await setup.served("a", **background)).outstanding == 2
+
+
 async def test_a_full_tenant_queue_refuses_at_once_and_others_still_wait() -> None:
     setup = make()
     holder = await setup.served("a")

@@ -20,9 +20,12 @@ from litestar.plugins.core import MsgspecDIPlugin
 from gateway.anthropic.exchange import MessagesExchange
 from gateway.anthropic.routes import messages_routes
 from gateway.batches import BatchFeature
+from gateway.cache import ResponseCache
 from gateway.client_limits import ClientLimiter
+from gateway.guardrails.guard import Guardrails
 from gateway.instance import Gateway
 from gateway.keys import KeyRegistry
+from gateway.kv_routing.router import KvRouter
 from gateway.lifecycle import Observer
 from gateway.openapi import openapi_route
 from gateway.pipeline import Pipeline
@@ -33,10 +36,12 @@ from gateway.replicas.client import UpstreamClient
 from gateway.replicas.http1 import Http1UpstreamClient
 from gateway.replicas.slot_queue import SlotQueues
 from gateway.routes import api_routes, http_exception, open_route_limit, unexpected
+from gateway.semantic_cache import QueryEmbedder, SemanticCacheStage
 from gateway.settings import Settings
 from gateway.stages.cache import ResponseCacheStage
 from gateway.stages.conversation import ContinueConversation
 from gateway.stages.embeddings import EmbeddingCacheStage
+from gateway.stages.guardrails import GuardrailsStage
 from gateway.stages.limits import EnforceLimits
 from gateway.stages.pick import PickReplica
 from gateway.stages.retry import CallWithRetries
@@ -44,7 +49,10 @@ from gateway.stages.route import RouteModel
 from gateway.stages.upstream import CallUpstream
 from gateway.state_factories import Caches, build_caches, build_key_store, build_store
 from gateway.stores import Store, StoreUnavailable
+from gateway.telemetry.guardrails import GuardrailMetrics
 from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.regions import RegionMetrics
+from gateway.tls import upstream_context
 from gateway.websocket import WebSocketEndpoint
 
 logger = logging.getLogger("sortyard.gateway")
@@ -59,6 +67,7 @@ def build_pipeline(
     balancer: Balancer,
     client: UpstreamClient,
     metrics: Metrics,
+    kv: KvRouter | None = None,
 ) -> Pipeline:
     """The stages every request runs through, in order, once its caller is known
     (``gateway.lifecycle`` authenticates before it reads the body), and the finishers every request
@@ -68,14 +77,25 @@ def build_pipeline(
     the response cache taps a stream (a result filter) and stores the entry, the embeddings cache
     merges its hits back in (a result filter), the replica is released and affinity recorded.
     """
+    # one embedder: the semantic cache's prompts and the embeddings classifier's share its vector cache
+    vectors = ResponseCache(caches.responses.blobs, on_event=metrics.cache_hook("semantic_vectors"))
+    embedder = QueryEmbedder(client, balancer, vectors)
     return Pipeline(
         [
             ContinueConversation(
                 caches.stored_responses
             ),  # Responses only: previous_response_id; stores after
-            RouteModel(caches.sticky),  # which pool (404)
+            RouteModel(caches.sticky, embedder),  # which pool (404); kind: embeddings embeds the prompt
             EnforceLimits(store, on_reject=metrics.count_rejection),  # may it (429 / 503); settles after
+            GuardrailsStage(  # the pool's and key's guardrails: redact or block (400); the answer's after
+                Guardrails(client), on_action=GuardrailMetrics(metrics.registry).count
+            ),
             ResponseCacheStage(caches.responses, caches.flights),  # a repeat? (hit); stores after
+            SemanticCacheStage(  # a paraphrase of an answered prompt? (semantic-hit, opt-in); stores after
+                caches.semantic,
+                embedder,
+                observe_lookup_s=metrics.observe_semantic_lookup,
+            ),
             EmbeddingCacheStage(caches.embeddings),  # embeddings we already have; merges after
             CallWithRetries(  # which replica (affinity, balancer), call it, retry before the first byte
                 PickReplica(  # a saturated pool with a queue: wait for a slot, in fair share per tenant
@@ -83,6 +103,8 @@ def build_pipeline(
                     caches.affinity,
                     on_event=metrics.cache_hook("affinity"),
                     queues=SlotQueues(balancer, observer=metrics),
+                    kv=kv,  # where engines publish KV events: pick by the blocks they hold
+                    on_region=RegionMetrics(metrics.registry).count,  # pools whose replicas name regions
                 ),
                 CallUpstream(client, balancer),  # releases the replica after
                 on_attempt_error=metrics.count_upstream_error,  # retried attempts count too
@@ -105,19 +127,24 @@ def create_app(
     reloader = reloader or PolicyReloader(
         settings.policy_path, overlay=settings.overlay_path, poll_interval_s=settings.reload_interval_s
     )
-    client = client or Http1UpstreamClient(max_connections=settings.max_upstream_connections)
+    client = client or Http1UpstreamClient(
+        max_connections=settings.max_upstream_connections, ssl_context=upstream_context(settings)
+    )
     metrics = metrics or Metrics()
     store = store or build_store(reloader.policy, on_fallback=metrics.count_store_fallback)
     caches = build_caches(reloader.policy, metrics)
     balancer = Balancer()
     clients = ClientLimiter(store, on_refuse=metrics.count_client_refusal)
     keys = KeyRegistry(build_key_store(reloader.policy, settings), refresh_s=settings.keys_refresh_s)
+    kv = KvRouter(on_decision=lambda pool, outcome: metrics.kv_decisions.labels(pool, outcome).inc())
+    reloader.subscribe(lambda compiled: kv.update(compiled.policy.kv_routing))  # now, and on each reload
     pipeline = build_pipeline(
         store=store,
         caches=caches,
         balancer=balancer,
         client=client,
         metrics=metrics,
+        kv=kv,
     )
     gateway = Gateway(
         settings,
@@ -134,6 +161,7 @@ def create_app(
 
     async def on_startup() -> None:
         reloader.start()
+        kv.start()
         gateway.health.start()
         await keys.start()
 
@@ -146,6 +174,7 @@ def create_app(
         await reloader.stop()
         await gateway.health.stop()
         await keys.stop()
+        await kv.stop()
         await keys.store.close()
         await client.close()
         await store.close()

@@ -120,6 +120,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._arm()
 
+    def shutdown(self) -> None:
+        """The server is stopping: an idle TLS connection is dropped at once. Closing it would send
+        close_notify and wait for the client's, which a client idling in its keep-alive pool never
+        sends, so the stop would take the whole drain timeout; with nothing in flight, dropping it
+        loses nothing (the client's next request opens a new connection). Plain connections close."""
+        idle = self.cycle is None or self.cycle.response_complete
+        if idle and self.transport.get_extra_info("sslcontext") is not None:
+            self.transport.abort()
+            return
+        super().shutdown()
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._arm()  # the next request on a kept-alive connection: its headers are on the clock again

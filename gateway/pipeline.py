@@ -2,7 +2,8 @@
 
 The order is declared once, in ``gateway.app.build_pipeline``::
 
-    auth -> route -> limits -> response cache -> embeddings cache -> (pick replica -> upstream, retried)
+    auth -> route -> limits -> guardrails -> response cache -> semantic cache -> embeddings cache
+        -> (pick replica -> upstream, retried)
 
 A stage either fills in part of the call or finishes it by setting ``call.result``; the first
 result ends the walk. Then the result filters run (a cache tapping a stream, embeddings merged back
@@ -148,6 +149,9 @@ class Call:
     """The path the client asked for (a pass-through route is sent to the same path upstream)."""
     result_filters: list[ResultFilter] = field(default_factory=list)
     """Applied to the result after the stages (a cache tapping a stream, embeddings merging)."""
+    guards_output: bool = False
+    """Output guardrails apply (``gateway.stages.guardrails``): the answer is redacted or blocked by a
+    result filter, so nothing may record it before (a span's captured content)."""
     is_background: bool = False
     """Background work (a batch line): it leaves its pool's ``queue.interactive_reserve`` slots free."""
     started_at: float = field(default_factory=time.perf_counter)

@@ -7,6 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.resources import files
 
+TLS_CLIENT_AUTH = ("required", "optional", "none")
+"""``--tls-client-auth``: whether clients must present a certificate (``gateway.tls``)."""
+
 LOCAL_POLICY = "policies/default.yaml"
 """The policy a clone serves (``make run``): a link to the default policy the package carries."""
 
@@ -63,6 +66,30 @@ class Settings:
     left; either way every request is settled before exit. Delay + timeout + a few seconds of settling
     should fit Kubernetes' grace period (30 s by default)."""
 
+    tls_certfile: str | None = None
+    """Serve HTTPS with this certificate (PEM, the chain after it); ``tls_keyfile`` is its key. Both are
+    loaded again when they change (``gateway.tls``)."""
+    tls_keyfile: str | None = None
+    tls_client_ca: str | None = None
+    """Ask clients for a certificate signed by this CA bundle (mutual TLS)."""
+    tls_client_auth: str | None = None
+    """``required`` (the default with a client CA) or ``optional``; ``none`` ignores the CA."""
+    tls_reload_s: float = 1.0
+    """How often the certificate files are checked for a change; 0: never reloaded."""
+    upstream_ca_bundle: str | None = None
+    """Verify ``https`` replicas against this CA bundle instead of the system's."""
+    upstream_client_cert: str | None = None
+    """A client certificate for ``https`` replicas that ask for one; ``upstream_client_key`` its key."""
+    upstream_client_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.tls_certfile) != bool(self.tls_keyfile):
+            raise ValueError("TLS needs both a certificate and its key (SORTYARD_TLS_CERTFILE and _KEYFILE)")
+        if self.tls_client_auth is not None and self.tls_client_auth not in TLS_CLIENT_AUTH:
+            raise ValueError(f"SORTYARD_TLS_CLIENT_AUTH must be one of {', '.join(TLS_CLIENT_AUTH)}")
+        if self.tls_client_ca and not self.tls_certfile:
+            raise ValueError("a client CA (SORTYARD_TLS_CLIENT_CA) needs TLS (a certificate and key)")
+
     @property
     def overlay_path(self) -> str:
         if self.policy_overlay is not None:
@@ -93,6 +120,14 @@ class Settings:
             ("body_read_timeout_s", float),
             ("drain_delay_s", float),
             ("drain_timeout_s", float),
+            ("tls_certfile", str),
+            ("tls_keyfile", str),
+            ("tls_client_ca", str),
+            ("tls_client_auth", str),
+            ("tls_reload_s", float),
+            ("upstream_ca_bundle", str),
+            ("upstream_client_cert", str),
+            ("upstream_client_key", str),
         ):
             raw = env.get(f"SORTYARD_{name.upper()}")
             if raw is not None:

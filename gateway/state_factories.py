@@ -24,6 +24,7 @@ from gateway.keys.redis_store import RedisKeyStore
 from gateway.keys.store import FileKeyStore, KeyStore
 from gateway.policy import Policy
 from gateway.responses import ResponseStore
+from gateway.semantic_cache import MemorySemanticLog, RedisSemanticLog, SemanticCache, SemanticLog
 from gateway.settings import Settings
 from gateway.stores import CreditStore, FailoverStore, MemoryStore, RedisStore, Store
 from gateway.telemetry.metrics import Metrics
@@ -68,9 +69,18 @@ class Caches:
     """Conversation -> pool, for sticky tier routing."""
     stored_responses: ResponseStore
     """The Responses API's stored responses (``store``, ``previous_response_id``)."""
+    semantic: SemanticCache
+    """Answered prompts by meaning (``cache.semantic``, off unless the policy turns it on)."""
 
     async def close(self) -> None:
-        for closable in (self.responses, self.affinity, self.embeddings, self.sticky, self.stored_responses):
+        for closable in (
+            self.responses,
+            self.affinity,
+            self.embeddings,
+            self.sticky,
+            self.stored_responses,
+            self.semantic,
+        ):
             await closable.close()
 
 
@@ -82,6 +92,7 @@ def build_caches(policy: Policy, metrics: Metrics) -> Caches:
     embeddings: EmbeddingCache
     sticky: Blobs
     stored: Blobs
+    semantic: SemanticLog
     if url:
         responses = RedisResponseCache(url, on_event=metrics.cache_hook("response"))
         affinity = RedisAffinityMap(url, on_event=metrics.cache_hook("affinity"))
@@ -89,11 +100,16 @@ def build_caches(policy: Policy, metrics: Metrics) -> Caches:
         sticky = RedisBlobs(url, on_event=metrics.cache_hook("sticky"), name="sticky tiers")
         # a miss here is a 404 to the client, not a cache miss: a longer wait before giving up
         stored = RedisBlobs(url, timeout_s=max(policy.store.timeout_s, 0.5), name="stored responses")
+        semantic = RedisSemanticLog(
+            RedisBlobs(url, on_event=metrics.cache_hook("semantic"), name="semantic cache")
+        )
     else:
         responses = MemoryResponseCache(on_event=metrics.cache_hook("response"))
         affinity = MemoryAffinityMap(on_event=metrics.cache_hook("affinity"))
         embeddings = MemoryEmbeddingCache(on_event=metrics.cache_hook("embedding"))
         sticky = MemoryBlobs(4 * 1024 * 1024)
         stored = MemoryBlobs(policy.responses.max_memory_bytes)
+        semantic = MemorySemanticLog()
     flights = SingleFlight(responses, on_event=metrics.cache_hook("response"))
-    return Caches(responses, flights, affinity, embeddings, sticky, ResponseStore(stored))
+    semantic_cache = SemanticCache(semantic, on_event=metrics.cache_hook("semantic"))
+    return Caches(responses, flights, affinity, embeddings, sticky, ResponseStore(stored), semantic_cache)

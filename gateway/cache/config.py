@@ -6,6 +6,7 @@
       response: {ttl_s: 300, max_entry_bytes: 1048576, scope: tenant}
       affinity: {chunk_bytes: 1024, ttl_s: 600, max_load_factor: 1.5}
       embeddings: {ttl_s: 86400}
+      semantic: {enabled: true, pool: embed, threshold: 0.92}
       pools:
         creative: {cache_nondeterministic: true}
 """
@@ -78,6 +79,46 @@ class EmbeddingCacheConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=Tr
     by timing, whether someone else embedded a string)."""
 
 
+Similarity = Annotated[float, msgspec.Meta(gt=0, le=1)]
+
+
+class SemanticCacheConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The semantic cache: a chat request close in meaning to one already answered (same tenant and
+    pool) gets that answer (``gateway.semantic_cache``; docs/caching.md, Semantic cache)."""
+
+    enabled: bool = False
+    """Opt-in: every hit answers a question that was asked differently."""
+    pool: str = "embed"
+    """The pool that embeds the prompts (``/v1/embeddings``)."""
+    model: str | None = None
+    """The model name sent to that pool; None sends its replica's served model."""
+    timeout_s: PositiveSeconds = 2.0
+    """The most the embedding call may take; past it the request goes on uncached."""
+    threshold: Similarity = 0.92
+    """The least cosine similarity of a hit (calibrated on bench/semantic_cache.py)."""
+    thresholds: dict[str, Similarity] = msgspec.field(default_factory=dict)
+    """Per-pool overrides of ``threshold``."""
+    pools: tuple[str, ...] = ()
+    """The chat pools it applies to; empty: every pool but the embedding pool."""
+    ttl_s: PositiveSeconds = 3600.0
+    """How long an entry lives after it was stored."""
+    max_entries: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10_000
+    """Entries kept per tenant and pool; the oldest go first."""
+    allow_sampled: bool = False
+    """Also answer requests that sample (temperature > 0 or top_p < 1)."""
+    match_literals: bool = True
+    """A hit also needs the same numbers, names and negations as the prompt (MiniLM embeds
+    "5 km" and "50 km" almost identically)."""
+    max_entry_bytes: Annotated[int, msgspec.Meta(gt=0)] = 1_048_576
+    """Responses larger than this are not stored."""
+
+    def applies_to(self, pool: str) -> bool:
+        return self.enabled and pool != self.pool and (not self.pools or pool in self.pools)
+
+    def threshold_for(self, pool: str) -> float:
+        return self.thresholds.get(pool, self.threshold)
+
+
 class PoolCacheConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Per-pool overrides; ``None`` keeps the policy-wide value."""
 
@@ -97,6 +138,7 @@ class CacheConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     response: ResponseCacheConfig = ResponseCacheConfig()
     affinity: AffinityConfig = AffinityConfig()
     embeddings: EmbeddingCacheConfig = EmbeddingCacheConfig()
+    semantic: SemanticCacheConfig = SemanticCacheConfig()
     pools: dict[str, PoolCacheConfig] = msgspec.field(default_factory=dict)
     """Overrides by pool name."""
 

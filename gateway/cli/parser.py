@@ -29,14 +29,21 @@ from gateway.version import installed_version
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return Settings.from_env(
-        policy_path=args.policy,
-        policy_overlay=args.overlay,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_level=args.log_level,
-    )
+    try:
+        return Settings.from_env(
+            policy_path=args.policy,
+            policy_overlay=args.overlay,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_level=args.log_level,
+            tls_certfile=args.tls_certfile,
+            tls_keyfile=args.tls_keyfile,
+            tls_client_ca=args.tls_client_ca,
+            tls_client_auth=args.tls_client_auth,
+        )
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
 
 
 def _serve_command(args: argparse.Namespace) -> int:
@@ -91,6 +98,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--port", type=int)
         p.add_argument("--workers", type=int)
         p.add_argument("--log-level")
+        p.add_argument("--tls-cert", dest="tls_certfile", help="serve HTTPS with this certificate (PEM)")
+        p.add_argument("--tls-key", dest="tls_keyfile", help="the certificate's private key (PEM)")
+        p.add_argument("--tls-client-ca", dest="tls_client_ca", help="ask clients for certificates (this CA)")
+        p.add_argument("--tls-client-auth", dest="tls_client_auth", choices=("required", "optional", "none"))
 
     run = sub.add_parser("run", help="start the local reference engine, then the gateway (make run)")
     server_args(run)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.cli.logs import logging_config
 from gateway.policy import Policy, PolicyError, load_policy
 from gateway.settings import Settings
+from gateway.tls import uvicorn_tls_options
 
 if TYPE_CHECKING:
     import uvicorn
@@ -56,7 +57,8 @@ def wait_http_ok(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | Non
 def _banner(settings: Settings, api_key: str | None) -> str:
     """The ready lines; with ``api_key`` None (auth required, no key known here) the key line says how
     to get one instead of printing a key the gateway would refuse."""
-    url = f"http://{settings.host}:{settings.port}"
+    scheme = "https" if settings.tls_certfile else "http"
+    url = f"{scheme}://{settings.host}:{settings.port}"
     access_log = f" (access log: {settings.access_log_file})" if settings.access_log_file else ""
     key_line = (
         f"export OPENAI_API_KEY={api_key}\n"
@@ -75,11 +77,25 @@ def _print(banner: str) -> None:
     sys.stdout.flush()
 
 
+def _wait_listening(host: str, port: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
 def _announce_when_ready(settings: Settings, banner: str) -> None:
     """Several workers start on their own: print the banner at the first answer of ``/healthz``."""
 
     def wait() -> None:
-        if wait_http_ok(f"http://{settings.host}:{settings.port}/healthz", 120):
+        if settings.tls_certfile:  # the handshake may want a client certificate: wait for the port
+            if _wait_listening(settings.host, settings.port, 120):
+                _print(banner)
+        elif wait_http_ok(f"http://{settings.host}:{settings.port}/healthz", 120):
             _print(banner)
 
     threading.Thread(target=wait, daemon=True).start()
@@ -182,6 +198,7 @@ def serve(settings: Settings, *, api_key: str | None = None) -> int:
         timeout_keep_alive=30,
         timeout_graceful_shutdown=settings.drain_timeout_s,
         backlog=4096,
+        **uvicorn_tls_options(settings),  # HTTPS when given a certificate, reloaded when it changes
     )
     if api_key is None and not policy.auth.required:
         api_key = "sk-anything"  # any key passes; the SDK insists on one

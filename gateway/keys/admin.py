@@ -46,6 +46,7 @@ class KeyAdmin:
 
     async def create(self, policy: Policy, actor: str, spec: KeySpec) -> KeyView:
         _check_scope(policy, spec.pools, spec.models)
+        _check_guardrails(policy, spec.guardrails)
         name = spec.name or f"key-{secrets.token_hex(4)}"
         if any(key.key_id == name for key in policy.keys):
             raise Conflict(f"A key named {name!r} is declared in the policy file.", param="name")
@@ -62,6 +63,7 @@ class KeyAdmin:
             budget=spec.budget,
             admin=spec.admin,
             expires_at=spec.expires_at,
+            guardrails=spec.guardrails,
         )
         try:
             await self._put(record, 0, AuditEntry(now, actor, "create", name, spec.tenant))
@@ -73,6 +75,7 @@ class KeyAdmin:
         record = await self._record(policy, name)
         given = changes.given()
         _check_scope(policy, given.get("pools", ()), given.get("models", ()))  # type: ignore[arg-type]
+        _check_guardrails(policy, given.get("guardrails", ()))  # type: ignore[arg-type]
         new = msgspec.structs.replace(record, revision=record.revision + 1, **given)
         now = self.registry.clock()
         changed = msgspec.to_builtins(given)
@@ -139,3 +142,11 @@ def _check_scope(policy: Policy, pools: tuple[str, ...], models: tuple[str, ...]
     for model in models:
         if policy.pool_for_model(model) is None:
             raise InvalidRequest(f"Unknown model {model!r}.", param="models", code="unknown_model")
+
+
+def _check_guardrails(policy: Policy, names: tuple[str, ...]) -> None:
+    for name in names:
+        if name not in policy.guardrails:
+            raise InvalidRequest(
+                f"Unknown guardrail set {name!r}.", param="guardrails", code="unknown_guardrail"
+            )

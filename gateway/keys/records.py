@@ -47,6 +47,8 @@ class KeyRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     expires_at: float | None = None
     """Unix time after which the key no longer works; None: never."""
     revoked_at: float | None = None
+    guardrails: tuple[str, ...] = ()
+    """Guardrail sets (the policy's, by name) its requests go through, after its pool's."""
 
     def status(self, now: float) -> Literal["active", "revoked", "expired"]:
         if self.revoked_at is not None:
@@ -71,6 +73,7 @@ class KeyRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             limits=self.limits,
             budget=self.budget,
             admin=self.admin,
+            guardrails=self.guardrails,
         )
 
 
@@ -87,6 +90,8 @@ class KeySpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     budget: Budget | None = None
     admin: bool = False
     expires_at: Timestamp | None = None
+    guardrails: tuple[str, ...] = ()
+    """Guardrail sets (the policy's ``guardrails:``, by name) its requests go through."""
 
 
 class KeyChanges(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -98,6 +103,7 @@ class KeyChanges(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     budget: Budget | msgspec.UnsetType | None = msgspec.UNSET
     admin: bool | msgspec.UnsetType = msgspec.UNSET
     expires_at: Timestamp | msgspec.UnsetType | None = msgspec.UNSET
+    guardrails: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
 
     def given(self) -> dict[str, object]:
         return {f: v for f in self.__struct_fields__ if (v := getattr(self, f)) is not msgspec.UNSET}
@@ -130,6 +136,7 @@ class KeyView(msgspec.Struct, frozen=True):
     expires_at: float | None = None
     revoked_at: float | None = None
     revision: int | None = None
+    guardrails: tuple[str, ...] = ()
     key: str | None = None
     """The secret itself: only in the answer that made it (create, rotate), never again."""
     object: str = "sortyard.key"
@@ -153,6 +160,7 @@ class KeyView(msgspec.Struct, frozen=True):
             expires_at=record.expires_at,
             revoked_at=record.revoked_at,
             revision=record.revision,
+            guardrails=record.guardrails,
             key=key,
         )
 
@@ -169,6 +177,7 @@ class KeyView(msgspec.Struct, frozen=True):
             limits=key.limits,
             budget=key.budget,
             admin=key.admin,
+            guardrails=key.guardrails,
         )
 
 

@@ -18,6 +18,7 @@ import msgspec
 import yaml
 
 from gateway.client_address import parse_networks
+from gateway.policy.kv_events import check_kv_routing
 from gateway.policy.schema import Policy, PolicyError
 from gateway.replicas.config import check_routing, convert_routing
 from gateway.replicas.pools import Pool
@@ -82,7 +83,12 @@ def _check(policy: Policy) -> list[str]:
     for pool_name in policy.cache.pools:
         if pool_name not in policy.pools:
             problems.append(f"cache.pools.{pool_name}: unknown pool")
+    semantic = policy.cache.semantic
+    for pool_name in (semantic.pool, *semantic.pools, *semantic.thresholds) if semantic.enabled else ():
+        if pool_name not in policy.pools:
+            problems.append(f"cache.semantic: unknown pool {pool_name!r}")
     problems.extend(check_routing(policy.routing, policy.pools))
+    problems.extend(check_kv_routing(policy.kv_routing, policy.pools))
     for i, cidr in enumerate(policy.limits.unauthenticated.trusted_proxies):
         try:
             parse_networks([cidr])

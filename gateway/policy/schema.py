@@ -14,7 +14,9 @@ import msgspec
 
 from gateway.cache.config import CacheConfig
 from gateway.compression import CompressionConfig
+from gateway.guardrails.config import GuardrailSet
 from gateway.policy.batches import BatchesConfig
+from gateway.policy.kv_events import KvRoutingConfig
 from gateway.policy.telemetry import TelemetryConfig
 from gateway.replicas.config import RoutingConfig
 from gateway.replicas.pools import Pool, Timeouts
@@ -73,6 +75,8 @@ class ApiKey(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """May requests set their own ``priority``? Off: a request that does is refused (400
     ``priority_not_allowed``). On: it is forwarded, but never below (more urgent than) the key's
     or tenant's ``priority``."""
+    guardrails: tuple[str, ...] = ()
+    """Guardrail sets (by name) its requests go through, after its pool's."""
 
     @property
     def key_id(self) -> str:
@@ -208,12 +212,24 @@ class Policy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Trace sampling, content capture, access logs, tenant labels on metrics."""
     routing: RoutingConfig = RoutingConfig()
     """Replica choice, circuit breakers, health probes and pool fallbacks."""
+    kv_routing: KvRoutingConfig = KvRoutingConfig()
+    """KV-cache-aware replica picks from the engines' KV events, per pool (``gateway.kv_routing``)."""
+    guardrails: dict[Name, GuardrailSet] = msgspec.field(default_factory=dict)
+    """Named sets of prompt and answer checks (``gateway.guardrails``), applied by pools and keys."""
     classifier: ClassifierConfig | None = None
     """How ``model: "auto"`` picks a pool (rules, learned or examples); None: "auto" is unknown."""
     auto_model: Name = "auto"
     """The model name that asks the classifier to choose (aliases may point at it too)."""
     source: str = ""
     """The file this policy came from (filled by the loader)."""
+
+    def __post_init__(self) -> None:
+        named = [(f"pools.{n}", p.guardrails) for n, p in self.pools.items()]
+        named += [(f"keys[{i}]", k.guardrails) for i, k in enumerate(self.keys)]
+        for where, names in named:
+            unknown = [name for name in names if name not in self.guardrails]
+            if unknown:
+                raise ValueError(f"{where}.guardrails: unknown guardrail set {unknown[0]!r}")
 
     def pool_for_model(self, model: str) -> str | None:
         """The pool serving ``model`` (a pool name or an alias), or None; the auto model gives

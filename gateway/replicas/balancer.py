@@ -28,6 +28,7 @@ from gateway.adapters import build_adapter
 from gateway.replicas.config import RoutingConfig
 from gateway.replicas.fallback import pool_order
 from gateway.replicas.pools import Pool, Replica
+from gateway.replicas.regions import RegionPick, RegionTable, group_by_region, rank_regions
 from gateway.replicas.state import ReplicaState
 from gateway.replicas.strategies import ReplicaStrategy, build_strategy, is_usable
 
@@ -62,6 +63,8 @@ class _Pool:
     strategy: ReplicaStrategy
     cap: int | None
     order: tuple[str, ...]
+    regions: dict[str, tuple[ReplicaState, ...]] | None = None
+    """Its replicas by region, when any names one (``gateway.replicas.regions``)."""
 
 
 def server_root(base_url: str) -> str:
@@ -99,6 +102,11 @@ class Balancer:
         self._pools: dict[str, _Pool] = {}
         self._states: dict[tuple[str, str, str], ReplicaState] = {}
         self._release_listeners: list[ReleaseListener] = []
+        self.regions = RegionTable(self.routing.regions, self.environ.get("SORTYARD_REGION"))
+        """This gateway's region and the distances between regions (``routing.regions``)."""
+        self.last_region_pick: RegionPick | None = None
+        """How the latest ``pick`` in a pool with regions went: read it right after the pick (no await
+        between), for the response's headers and metrics; None after a pick in a pool without."""
 
     # -- policy
 
@@ -148,8 +156,16 @@ class Balancer:
                 for state in members:  # new membership: smooth weighted round robin starts over
                     state.current_weight = 0.0
             order = tuple(p for p in pool_order(routing, pool_name) if p in policy.pools)
-            pools[pool_name] = _Pool(tuple(members), strategy, overrides.max_outstanding_per_replica, order)
+            pools[pool_name] = _Pool(
+                tuple(members),
+                strategy,
+                overrides.max_outstanding_per_replica,
+                order,
+                group_by_region(members),
+            )
         self.routing = routing
+        local = self.environ.get("SORTYARD_REGION") or routing.regions.local
+        self.regions = RegionTable(routing.regions, local)
         self._states, self._pools = states, pools
         self.pools = {name: pool.states for name, pool in pools.items()}
 
@@ -244,27 +260,39 @@ class Balancer:
         *,
         prefer: str | None = None,
         saturated_ok: bool = True,
+        origin: str | None = None,
     ) -> ReplicaState | None:
         """A usable replica of ``pool`` by its strategy, or None.
 
         ``exclude``: replicas this call already tried. ``prefer``: a replica label (prefix
         affinity) taken when usable. ``saturated_ok=False`` skips replicas at the pool's
-        ``max_outstanding_per_replica``.
+        ``max_outstanding_per_replica``. ``origin``: the request's region (default: this gateway's);
+        in a pool whose replicas name regions, only the region chosen for it is considered
+        (``gateway.replicas.regions``; ``last_region_pick`` says how).
         """
         entry = self._pools.get(pool)
         if entry is None:
             return None
         now = self.clock()
         cap = None if saturated_ok else entry.cap
+        states = entry.states
+        self.last_region_pick = None
+        if entry.regions is not None:
+            ranked = rank_regions(
+                self.regions, entry.regions, origin or self.regions.local, exclude, now, entry.cap
+            )
+            if ranked is None:
+                return None
+            states, self.last_region_pick = ranked
         chosen: ReplicaState | None = None
         if prefer is not None:
-            for state in entry.states:
+            for state in states:
                 if state.replica.label == prefer:
                     if is_usable(state, exclude, now, cap):
                         chosen = state
                     break
         if chosen is None:
-            chosen = entry.strategy.choose(entry.states, exclude, now, cap)
+            chosen = entry.strategy.choose(states, exclude, now, cap)
             if chosen is None:
                 return None
         chosen.breaker.on_pick(now)
@@ -277,6 +305,7 @@ class Balancer:
         *,
         prefer: str | None = None,
         saturated_ok: bool = True,
+        origin: str | None = None,
     ) -> ReplicaState | None:
         """The first pool of ``pools`` (e.g. ``pool_order(pool)``) that can serve, unsaturated first.
 
@@ -287,7 +316,9 @@ class Balancer:
         order = tuple(pools)
         for busy_ok in (False, True) if saturated_ok else (False,):
             for i, pool in enumerate(order):
-                state = self.pick(pool, exclude, prefer=prefer if i == 0 else None, saturated_ok=busy_ok)
+                state = self.pick(
+                    pool, exclude, prefer=prefer if i == 0 else None, saturated_ok=busy_ok, origin=origin
+                )
                 if state is not None:
                     return state
             if not any(self._pools[p].cap is not None for p in order if p in self._pools):

@@ -21,6 +21,7 @@ lists what a loaded config gets wrong (unknown pools, fallback cycles) with the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -142,6 +143,39 @@ class PoolRouting(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     ``max_outstanding_per_replica``). None: a saturated chain's first usable replica serves anyway."""
 
 
+REGION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+"""What a region is called (``eu-west-1``, ``us-central1``); a header value that is not one is ignored."""
+
+Milliseconds = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class RegionsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``routing.regions``: where this gateway and its clients are, and how far regions are apart."""
+
+    local: str | None = None
+    """This gateway's region. The ``SORTYARD_REGION`` environment variable wins, so one policy serves
+    gateways in several regions."""
+    client_header: str | None = None
+    """A header naming the client's region (e.g. ``x-client-region``), set by the edge proxy; believed
+    only from the policy's trusted proxies (``limits.unauthenticated.trusted_proxies``)."""
+    latency_ms: dict[str, dict[str, Milliseconds]] = {}
+    """Round trips: ``{from: {to: ms}}``; a pair given one way is read both ways."""
+    max_latency_ms: Milliseconds | None = None
+    """The latency budget: a region farther than this from the origin serves only when no nearer one
+    can."""
+    measure_rtt: bool = True
+    """From the gateway's own region, check the budget against the replicas' measured round trip (the
+    health probes' median) instead of the table, and rank regions the table leaves out by it."""
+    unknown_latency_ms: Milliseconds = 1000.0
+    """The distance of a pair the table leaves out (and of replicas without a region)."""
+
+    def __post_init__(self) -> None:
+        names = [self.local, *self.latency_ms, *(t for row in self.latency_ms.values() for t in row)]
+        for name in names:
+            if name is not None and not REGION_NAME.match(name):
+                raise ValueError(f"regions: {name!r} is not a region name (letters, digits, '.', '_', '-')")
+
+
 class RoutingConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Replica choice, breakers, health checks and fallbacks: policy-wide defaults plus per pool."""
 
@@ -153,6 +187,9 @@ class RoutingConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """The default active checks."""
     pools: dict[str, PoolRouting] = {}
     """Per-pool overrides and fallbacks, by pool name."""
+    regions: RegionsConfig = RegionsConfig()
+    """Where this gateway and its clients are, and how far regions are apart
+    (``gateway.replicas.regions``)."""
 
     def for_pool(self, pool: str) -> PoolRouting:
         return self.pools.get(pool) or _NO_OVERRIDES

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ from gateway.adapters import ReplicaLoad, parse_vllm_metrics
 from gateway.errors import GatewayError
 from gateway.replicas.balancer import Balancer, ReplicaState
 from gateway.replicas.client import UpstreamClient
+from gateway.replicas.regions import observe_rtt
 
 __all__ = ["HealthChecker", "ReplicaLoad", "parse_vllm_metrics"]
 
@@ -139,8 +141,11 @@ class HealthChecker:
     async def probe(self, state: ReplicaState) -> bool:
         """Probe one replica now and act on its breaker; True when it is up."""
         schedule = self._schedules.setdefault(state, _Schedule())
+        started = time.perf_counter()
         answer = await self._get(state.health_url, state.health.probe_timeout_s)
         is_up = answer is not None and answer[0] < 500
+        if is_up:  # how far it is, for region ranking
+            observe_rtt(state, time.perf_counter() - started)
         now = self.balancer.clock()
         self.num_probes += 1
         if is_up:

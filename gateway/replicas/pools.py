@@ -113,6 +113,9 @@ class Replica(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     chat_template: ChatTemplate = "chatml"
     """How chat messages become one prompt for a native API that takes only text (Triton's generate
     extension): ``chatml`` (SmolLM2, Qwen), ``llama3``, ``mistral`` or ``plain``."""
+    region: str | None = None
+    """Where it runs (``eu-west``): a pool prefers its replicas in the region nearest the request's
+    origin (``routing.regions``; ``gateway.replicas.regions``)."""
     send_cache_salt: bool = False
     """Add a per-tenant ``cache_salt`` field to requests (the reference engine and vLLM honour it:
     their prefix caches then never cross tenants). Leave off for servers that reject unknown fields."""
@@ -174,6 +177,8 @@ class Pool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The replicas' own ``POST`` routes the gateway passes through (``/tokenize``, ``/detokenize``):
     served at the same path on the gateway, with a key, routed by the body's ``model``, sent to the
     replica's server root (``base_url`` without its ``/v1``) plus the path; no tokens are counted."""
+    guardrails: tuple[str, ...] = ()
+    """Guardrail sets (the policy's ``guardrails:``, by name) its requests and answers go through."""
 
     def __post_init__(self) -> None:
         taken = [path for path in self.passthrough_routes if is_gateway_path(path)]

@@ -313,14 +313,23 @@ class SlotQueues:
         return queue
 
     async def take(
-        self, pool: str, ticket: Ticket, config: QueueConfig, timeout_s: float, *, prefer: str | None = None
+        self,
+        pool: str,
+        ticket: Ticket,
+        config: QueueConfig,
+        timeout_s: float,
+        *,
+        prefer: str | None = None,
+        origin: str | None = None,
     ) -> ReplicaState | None:
         """A replica of ``pool`` or its fallbacks below its cap, once it is ``ticket``'s turn."""
         balancer = self.balancer
         order = balancer.pool_order(pool)
-        return await self.queue(pool).take(
-            ticket, config, timeout_s, lambda: balancer.pick_first(order, prefer=prefer, saturated_ok=False)
-        )
+
+        def pick() -> ReplicaState | None:
+            return balancer.pick_first(order, prefer=prefer, saturated_ok=False, origin=origin)
+
+        return await self.queue(pool).take(ticket, config, timeout_s, pick)
 
     def _released(self, state: ReplicaState) -> None:
         for queue in self.queues.values():

@@ -52,6 +52,9 @@ class ReplicaState:
     """The scraped figures count until this clock time."""
     num_successes: int = 0
     num_failures: int = 0
+    rtt_s: float | None = None
+    """The health probes' smoothed round trip (None until one answered): how far the replica is, for
+    region ranking (``gateway.replicas.regions``)."""
     latency: LatencyWindow = field(default_factory=LatencyWindow)
     """Recent answers' time to first byte (``Balancer.record_success``), for the console."""
 

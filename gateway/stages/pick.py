@@ -5,7 +5,9 @@ chunks and looked up in the shared prefix map: the replica that served the longe
 is preferred (its engine's KV prefix cache holds it) unless its load exceeds the pool's average by
 the policy's factor, in which case the balancer's choice wins and the mapping moves. The mapping is
 recorded when the call succeeds. Replicas that take a ``cache_salt`` get the tenant's salt, so an
-engine's prefix cache never crosses tenants.
+engine's prefix cache never crosses tenants. Where the pool's engines publish KV-cache events
+(``kv_routing``), ``gateway.kv_routing`` chooses by the blocks each replica holds instead of guessing,
+and says so in ``x-sortyard-route-reason`` (``kv:8/10 blocks@large-1``).
 
 A pool with a ``queue`` (``routing.pools.<name>.queue``) that is saturated, fallbacks included, makes
 the call's first attempt wait its turn for a slot (``gateway.replicas.slot_queue``): in its priority
@@ -25,10 +27,13 @@ from collections.abc import Callable
 
 from gateway.cache import EVENT_OF_REASON, AffinityMap, cache_salt, choose_replica, prefix_chain
 from gateway.errors import GatewayError, RateLimited, ServiceUnavailable
+from gateway.kv_routing.router import KvRouter, kv_route_reason
+from gateway.kv_routing.scorer import KvChoice
 from gateway.pipeline import Call, Endpoint
 from gateway.replicas.balancer import Balancer, ReplicaState
 from gateway.replicas.config import QueueConfig
 from gateway.replicas.slot_queue import QueueFull, QueueTimeout, SlotQueues, Ticket
+from gateway.stages.region_origin import RegionObserver, origin_of, report_region
 
 logger = logging.getLogger("sortyard.pick")
 
@@ -46,9 +51,15 @@ class PickReplica:
         on_event: Callable[[str], None] | None = None,
         environ: dict[str, str] | None = None,
         queues: SlotQueues | None = None,
+        kv: KvRouter | None = None,
+        on_region: RegionObserver | None = None,
     ) -> None:
         self.balancer = balancer
+        self.on_region = on_region
+        """Told how each pick in a pool with regions went (metrics)."""
         self.affinity = affinity
+        self.kv = kv
+        """KV-cache-aware picks where a pool's engines publish KV events (else affinity decides)."""
         self.queues = queues or SlotQueues(balancer)
         """The fair queues of saturated pools whose policy has a ``queue``."""
         self.on_event = on_event
@@ -69,10 +80,13 @@ class PickReplica:
         ):
             prefer = await self._preferred(call, exclude)
         queue = call.policy.routing.for_pool(call.pool).queue
+        origin = origin_of(call)  # the client's region (trusted header), else this gateway's
         if queue is not None and call.attempts <= 1:  # saturated: wait for a slot, in fair share
-            state = await self._wait_for_slot(call, queue, prefer)
+            state = await self._wait_for_slot(call, queue, prefer, origin)
         else:  # the pool, then its fallbacks (large -> medium -> small) when none of it can serve
-            state = self.balancer.pick_first(self.balancer.pool_order(call.pool), exclude, prefer=prefer)
+            state = self.balancer.pick_first(
+                self.balancer.pool_order(call.pool), exclude, prefer=prefer, origin=origin
+            )
         if state is None:
             raise ServiceUnavailable(
                 f"No healthy replica in pool `{call.pool}` or its fallbacks; try again shortly.",
@@ -80,6 +94,8 @@ class PickReplica:
                 headers={"Retry-After": "1"},
             )
         call.replica = state
+        if self.balancer.last_region_pick is not None:  # a pool with regions: which served, and why
+            report_region(call, state.pool, self.balancer.last_region_pick, self.on_region)
         if state.pool != call.pool:
             call.response_headers["x-sortyard-fallback-pool"] = state.pool
         if state.replica.send_cache_salt and config.salt_requests:
@@ -88,7 +104,7 @@ class PickReplica:
             call.body.pop("cache_salt", None)  # a retry may land on a replica that takes none
 
     async def _wait_for_slot(
-        self, call: Call, config: QueueConfig, prefer: str | None
+        self, call: Call, config: QueueConfig, prefer: str | None, origin: str | None
     ) -> ReplicaState | None:
         """A replica below its cap, at once or after waiting in the pool's fair queue."""
         assert call.pool is not None
@@ -103,7 +119,7 @@ class PickReplica:
         )
         timeout_s = min(config.max_wait_s, call.deadline - time.perf_counter())  # waiting spends it
         try:
-            return await self.queues.take(call.pool, ticket, config, timeout_s, prefer=prefer)
+            return await self.queues.take(call.pool, ticket, config, timeout_s, prefer=prefer, origin=origin)
         except QueueFull:
             raise RateLimited(
                 f"Too many of your requests are waiting for pool `{call.pool}` "
@@ -122,6 +138,10 @@ class PickReplica:
     async def _preferred(self, call: Call, exclude: tuple[ReplicaState, ...]) -> str | None:
         """The replica label prefix affinity prefers, unless it is overloaded (then None)."""
         assert self.affinity is not None and call.pool is not None
+        if self.kv is not None:  # the engines say where the blocks are: no guessing
+            choice = await self._kv_choice(call, exclude)
+            if choice is not None:
+                return choice.label
         config = call.policy.cache.affinity
         chain = prefix_chain(call.body, chunk_bytes=config.chunk_bytes, max_chunks=config.max_chunks)
         if not chain:
@@ -146,6 +166,17 @@ class PickReplica:
 
         call.on_finish(record)
         return label if reason == "affinity" else None
+
+    async def _kv_choice(self, call: Call, exclude: tuple[ReplicaState, ...]) -> KvChoice | None:
+        """The KV scorer's choice (its label None: the balancer's), or None when no KV events steer it."""
+        assert self.kv is not None and call.pool is not None
+        candidates = [(s.label, self.balancer.load(s)) for s in self.balancer.candidates(call.pool, exclude)]
+        choice = await self.kv.choose(call.policy.kv_routing, call.pool, call.body, candidates)
+        if choice is None:
+            return None
+        call.route_reason = kv_route_reason(call.route_reason, choice.reason)
+        call.response_headers["x-sortyard-route-reason"] = call.route_reason
+        return choice
 
     def _salt(self, tenant: str, secret_env: str | None) -> str:
         secret = self._environ.get(secret_env) if secret_env else None

@@ -1,11 +1,13 @@
 """Stage: route the requested model to a pool.
 
 A pool name or an alias routes directly. The auto model (``model: "auto"``, or an alias pointing at
-it) asks the policy's tier classifier; a conversation keeps the tier its first turn got (shared by
-every gateway replica through the store) unless the policy turns stickiness off. A model the key
-may not use is OpenAI's 404. The choice and its reason go to ``x-sortyard-pool`` and
-``x-sortyard-route-reason``. A Responses request is classified by its ``instructions`` and
-``input`` as chat messages; a pass-through route (``/tokenize``) must be one the pool declares (404).
+it) asks the policy's tier classifier (``kind: embeddings`` first awaits the prompt's vector from
+its embedding pool, through the semantic cache's embedder); a conversation keeps the tier its first
+turn got (shared by every gateway replica through the store) unless the policy turns stickiness
+off. A model the key may not use is OpenAI's 404. The choice and its reason go to
+``x-sortyard-pool`` and ``x-sortyard-route-reason``. A Responses request is classified by its
+``instructions`` and ``input`` as chat messages; a pass-through route (``/tokenize``) must be one
+the pool declares (404).
 """
 
 from __future__ import annotations
@@ -14,11 +16,16 @@ import logging
 from typing import Any
 
 from gateway.cache.blobs import Blobs
+from gateway.cache.config import SemanticCacheConfig
 from gateway.compiled import CompiledPolicy
 from gateway.errors import ModelNotFound, NotFound
 from gateway.pipeline import Call, Endpoint
 from gateway.responses_api import as_messages
-from gateway.tiers.classifier import ClassifyInput, conversation_key
+from gateway.semantic_cache.embedder import QueryEmbedder
+from gateway.semantic_cache.index import Vector
+from gateway.tiers.classifier import ClassifyInput, TierDecision, conversation_key
+from gateway.tiers.config import EmbeddingsConfig
+from gateway.tiers.embeddings import EmbeddingsClassifier
 
 logger = logging.getLogger("sortyard.route")
 STICKY_TTL_S = 24 * 3600.0
@@ -64,8 +71,10 @@ class RouteModel:
 
     name = "route"
 
-    def __init__(self, sticky: Blobs) -> None:
+    def __init__(self, sticky: Blobs, embedder: QueryEmbedder | None = None) -> None:
         self.sticky = sticky
+        self.embedder = embedder
+        """Embeds prompts for ``kind: embeddings`` through a pool; None: that kind falls back."""
 
     async def __call__(self, call: Call) -> None:
         compiled = call.compiled
@@ -102,7 +111,10 @@ class RouteModel:
                             f"sticky conversation ({reason})" if reason else "sticky conversation"
                         )
                         return pool
-        decision = classifier.classify(_classify_input(call))
+        if isinstance(classifier, EmbeddingsClassifier):
+            decision = await self._classify_by_embedding(call, classifier)
+        else:
+            decision = classifier.classify(_classify_input(call))
         pool = decision.pool
         if call.key is not None and not keys.may_use(call.key, call.model, pool):
             allowed = [p for p in policy.pools if keys.may_use(call.key, call.model, p)]
@@ -114,3 +126,20 @@ class RouteModel:
         if sticky_key is not None:
             await self.sticky.set(sticky_key, f"{pool}\n{call.route_reason}".encode(), STICKY_TTL_S)
         return pool
+
+    async def _classify_by_embedding(self, call: Call, classifier: EmbeddingsClassifier) -> TierDecision:
+        """The prompt's vector comes from the classifier's pool through the gateway's own client."""
+        embedder, config = self.embedder, classifier.config
+        if embedder is None:
+            return await classifier.classify_async(_classify_input(call), None)
+        how = _vector_config(config)
+
+        async def embed(text: str) -> Vector | None:
+            return await embedder.embed(call.policy, call.tenant, how, text)
+
+        return await classifier.classify_async(_classify_input(call), embed)
+
+
+def _vector_config(config: EmbeddingsConfig) -> SemanticCacheConfig:
+    """The embedder's settings (pool, model, timeout) for a classifier's config."""
+    return SemanticCacheConfig(pool=config.pool, model=config.model, timeout_s=config.timeout_s)

@@ -191,7 +191,7 @@ class CallUpstream:
             content_type = response.content_type if is_passthrough else ""  # the backend's, as it is
             call.result = BytesResult(200, rewrite(payload, replacements), content_type or "application/json")
             if attempt is not None:
-                if call.span is not None and call.span.captures_content:
+                if call.span is not None and call.span.captures_content and not call.guards_output:
                     attempt.record_output(_output_messages(payload))
                 attempt.end(call)
             return

@@ -179,6 +179,18 @@ class Metrics:
             ("cache", "event"),
             registry=r,
         )
+        self.semantic_lookup = Histogram(  # hits and misses: sortyard_cache_events{cache="semantic"}
+            "sortyard_semantic_cache_lookup_seconds",
+            "Semantic-cache lookups: the log pull and the index search, not the embedding call.",
+            buckets=OVERHEAD_BUCKETS_S,
+            registry=r,
+        )
+        self.kv_decisions = Counter(
+            "sortyard_kv_route_decisions",
+            "KV-cache-aware picks by pool, outcome: hit, override (load beat blocks), miss (none held).",
+            ("pool", "outcome"),
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "sortyard_queue_depth",
             "Requests waiting in a saturated pool's fair queue, by pool and tenant.",
@@ -372,6 +384,9 @@ class Metrics:
             child.inc(n)
 
         return on_event
+
+    def observe_semantic_lookup(self, seconds: float) -> None:
+        self.semantic_lookup.observe(seconds)
 
     def render(self) -> bytes:
         """The text exposition: this process's registry, or every worker's sum in multi-worker mode."""

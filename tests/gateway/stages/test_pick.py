@@ -108,10 +108,17 @@ class RecordingQueues(SlotQueues):
         self.tickets: list[Ticket] = []
 
     async def take(
-        self, pool: str, ticket: Ticket, config: QueueConfig, timeout_s: float, *, prefer: str | None = None
+        self,
+        pool: str,
+        ticket: Ticket,
+        config: QueueConfig,
+        timeout_s: float,
+        *,
+        prefer: str | None = None,
+        origin: str | None = None,
     ) -> ReplicaState | None:
         self.tickets.append(ticket)
-        return await super().take(pool, ticket, config, timeout_s, prefer=prefer)
+        return await super().take(pool, ticket, config, timeout_s, prefer=prefer, origin=origin)
 
 
 def queued_policy(**sections: Any) -> CompiledPolicy:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from gateway.tiers import ClassifyInput, TierDecision, build_classifier
-from tools.tiers.evaluate import RULES_BASELINE, EvalPrompt, load_eval_set, main, score
+from tools.tiers.evaluate import KNOBS, RULES_BASELINE, EvalPrompt, load_eval_set, main, score
 
 
 def test_eval_set_is_mt_bench_labelled_by_hand() -> None:
@@ -52,14 +55,28 @@ def test_the_rules_baseline_is_a_valid_policy() -> None:
     assert decision.pool == "large"
 
 
-def test_command_scores_three_classifiers(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--json"]) == 0
-    scores = msgspec.json.decode(capsys.readouterr().out)
-    assert [s["name"] for s in scores] == ["learned", "rules baseline", "always medium"]
-    learned, rules, medium = scores
+def _random_minilm(texts: Sequence[str]) -> npt.NDArray[np.float32]:
+    """384-d unit vectors, one a text, without torch: the command's wiring, not MiniLM's quality."""
+    v = np.random.default_rng(0).normal(size=(len(texts), 384)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def test_command_scores_four_classifiers_and_the_curve(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--json"], embed=_random_minilm) == 0
+    report = msgspec.json.decode(capsys.readouterr().out)
+    scores = report["scores"]
+    assert [s["name"] for s in scores] == ["learned", "embeddings", "rules baseline", "always medium"]
+    learned, _embeddings, rules, medium = scores
     assert medium["accuracy"] == pytest.approx(48 / 80)
     # The shipped model beats both baselines and never sends a large-labelled prompt to small.
     assert learned["accuracy"] > max(rules["accuracy"], medium["accuracy"])
     assert learned["quality_lost"] <= 0.1 and learned["cost_wasted"] <= 0.25
-    assert main([]) == 0
-    assert "Confusion per kind" in capsys.readouterr().out
+    for name in ("learned", "embeddings"):
+        points = [c for c in report["curve"] if c["name"] == name]
+        assert [c["cost_quality"] for c in points] == pytest.approx(KNOBS)
+        assert all(sum(c["shares"].values()) == pytest.approx(1.0) for c in points)
+        large = [c["shares"]["large"] for c in points]
+        assert large == sorted(large)  # the knob only moves traffic up
+    assert main([], embed=_random_minilm) == 0
+    out = capsys.readouterr().out
+    assert "Confusion per kind" in out and "Cost/quality curve" in out and "Routed to large" in out

@@ -1,0 +1,202 @@
+"""A streamed answer checked as it goes: each event is passed on when it comes, its text redacted.
+
+A pattern can straddle two deltas (``john.doe@exa`` | ``mple.com``), so of each choice's text the
+trailing partial word is carried over into the next delta (with the words before it that could be
+part of a number, a grouped IBAN or a block-list phrase), at most ``MAX_CARRY_CHARS``: the event
+still goes out at once, with the text before the carry-over. No event is held back; only that tail
+of text waits, until the next word begins (usually the next event). The finishing event (or,
+when none comes, one made for it before ``[DONE]``) carries what is left. A ``block`` ends the
+stream with an OpenAI-shaped error event and ``[DONE]``; the rest of the upstream's events are
+dropped.
+
+Chat and completion chunks get the carry-over; the Responses API's typed events are redacted event
+by event (each ``delta`` and ``text``) without it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import msgspec
+
+from gateway.errors import InvalidRequest
+from gateway.guardrails.guard import GuardSet, Verdict
+from gateway.guardrails.texts import Shape, answer_slots
+
+MAX_CARRY_CHARS = 256
+_DONE = b"data: [DONE]\n\n"
+# a word that may be part of a pattern with spaces in it (a grouped card, phone, IBAN, NINO, Bearer)
+_GROUPED = re.compile(r"[A-Z0-9+().-]+|[Bb]earer|BEARER")
+OnVerdict = Callable[[GuardSet, Verdict], None]
+
+
+def _split(text: str, hold_words: int) -> int:
+    """Where the text to send ends and the carry-over starts."""
+    end = len(text)
+    while end and not text[end - 1].isspace():  # the trailing partial word
+        end -= 1
+    num_held = 0
+    while end:  # words a block-list phrase may still need; grouped digits and codes that may go on
+        word_end = len(text[:end].rstrip())
+        start = max(text.rfind(" ", 0, word_end), text.rfind("\n", 0, word_end)) + 1
+        if num_held >= hold_words and not _GROUPED.fullmatch(text[start:word_end]):
+            break
+        num_held += 1
+        end = start
+    return max(end, len(text) - MAX_CARRY_CHARS)
+
+
+class StreamGuard:
+    """Applies the output checks of ``guards`` to one stream of SSE events."""
+
+    def __init__(self, shape: Shape, guards: tuple[GuardSet, ...], on_verdict: OnVerdict) -> None:
+        self.shape = shape
+        self.guards = guards
+        self.on_verdict = on_verdict
+        self.hold_words = max((g.phrase_words for g in guards), default=1) - 1
+        self.carry: dict[int, str] = {}
+        self.template: dict[str, Any] | None = None
+        self.is_blocked = False
+        self._buffer = b""
+
+    async def relay(self, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in events:
+                out = self.feed(chunk)
+                if out:
+                    yield out
+                if self.is_blocked:
+                    return
+            tail = self._flush_carry()
+            if tail:
+                yield tail
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._buffer + chunk if self._buffer else chunk
+        end = data.rfind(b"\n\n")
+        if end < 0:
+            self._buffer = data
+            return b""
+        self._buffer = data[end + 2 :]
+        out: list[bytes] = []
+        for event in data[: end + 2].split(b"\n\n")[:-1]:
+            out.append(self._event(event + b"\n\n"))
+            if self.is_blocked:
+                break
+        return b"".join(out)
+
+    def _event(self, event: bytes) -> bytes:
+        at = event.find(b"data:")
+        if at < 0:
+            return event
+        payload = event[at + 5 :].strip()
+        if payload == b"[DONE]":
+            return self._flush_carry() + event
+        try:
+            document = msgspec.json.decode(payload)
+        except msgspec.DecodeError:
+            return event
+        if not isinstance(document, dict) or "error" in document:
+            return self._flush_carry() + event
+        changed = self._responses(document) if self.shape == "responses" else self._choices(document)
+        if self.is_blocked:
+            return self._blocked()
+        if not changed:
+            return event
+        return event[:at] + b"data: " + msgspec.json.encode(document) + b"\n\n"
+
+    def _choices(self, document: dict[str, Any]) -> bool:
+        self.template = document
+        changed = False
+        for slot in answer_slots(self.shape, document):
+            choice = slot.holder if self.shape == "completions" else document["choices"][_index(slot.param)]
+            index = choice.get("index", 0) if isinstance(choice, dict) else 0
+            text = self.carry.pop(index, "") + slot.text
+            cut = len(text) if choice.get("finish_reason") else _split(text, self.hold_words)
+            text, cut = self._scan(text, cut)
+            if cut < len(text):
+                self.carry[index] = text[cut:]
+            if text[:cut] != slot.text:
+                slot.set(text[:cut])
+                changed = True
+        for choice in document.get("choices") or ():  # a finishing choice whose delta had no text
+            if (
+                isinstance(choice, dict)
+                and choice.get("finish_reason")
+                and choice.get("index", 0) in self.carry
+            ):
+                rest = self._scan_all(self.carry.pop(choice.get("index", 0)))
+                if self.shape == "completions":
+                    choice["text"] = rest
+                else:
+                    choice.setdefault("delta", {})["content"] = rest
+                changed = True
+        return changed
+
+    def _responses(self, document: Any) -> bool:
+        changed = False
+        if isinstance(document, dict):
+            for key, value in document.items():
+                if key in ("delta", "text") and isinstance(value, str) and value:
+                    ready = self._scan_all(value)
+                    if ready != value:
+                        document[key], changed = ready, True
+                elif isinstance(value, dict | list):
+                    changed = self._responses(value) or changed
+        elif isinstance(document, list):
+            for item in document:
+                changed = self._responses(item) or changed
+        return changed
+
+    def _scan(self, text: str, end: int) -> tuple[str, int]:
+        """``text`` with what may go out now (``text[:end]``, ``end`` as the checks moved it) checked."""
+        if not text or self.is_blocked:
+            return text, end
+        for guard in self.guards:
+            verdict = guard.scan(text, "output", end if end < len(text) else None)
+            if verdict.actions:
+                self.on_verdict(guard, verdict)
+            if verdict.blocked_by is not None:
+                self.is_blocked = True
+                return text, end
+            text, end = verdict.text, verdict.end
+        return text, end
+
+    def _scan_all(self, text: str) -> str:
+        return self._scan(text, len(text))[0]
+
+    def _flush_carry(self) -> bytes:
+        """What is left of each choice's text, as one more event (before ``[DONE]`` or the end)."""
+        if not self.carry or self.template is None:
+            self.carry.clear()
+            return b""
+        choices = []
+        for index, text in sorted(self.carry.items()):
+            ready = self._scan_all(text)
+            if self.shape == "completions":
+                choices.append({"index": index, "text": ready, "finish_reason": None})
+            else:
+                choices.append({"index": index, "delta": {"content": ready}, "finish_reason": None})
+        self.carry.clear()
+        if self.is_blocked:
+            return self._blocked()
+        document = {k: v for k, v in self.template.items() if k not in ("choices", "usage")}
+        document["choices"] = choices
+        return b"data: " + msgspec.json.encode(document) + b"\n\n"
+
+    def _blocked(self) -> bytes:
+        error = InvalidRequest("The answer was blocked by a guardrail.", code="guardrail_blocked")
+        return error.to_sse() + _DONE
+
+
+def _index(param: str) -> int:
+    return int(param[len("choices[") : param.index("]")])
+
+
+__all__ = ["MAX_CARRY_CHARS", "StreamGuard"]

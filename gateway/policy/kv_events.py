@@ -1,0 +1,108 @@
+"""The policy of KV-cache-aware picks: the ``kv_routing:`` section (``gateway.kv_routing`` serves it).
+
+::
+
+    kv_routing:
+      pools:
+        large:
+          tokenizer: /models/qwen3-8b          # tokenizer.json + tokenizer_config.json of the pool's model
+          replicas:                            # replica label -> where its engine publishes KV events
+            large-0: {endpoint: "tcp://10.0.0.5:5557", replay_endpoint: "tcp://10.0.0.5:5558"}
+            large-1: {endpoint: "tcp://10.0.0.6:5557"}
+          hit_weight: 1.0
+          load_weight: 4.0
+
+A pool listed here whose replicas publish events is picked by the blocks each replica holds; any other
+pool, or this one while no events flow, keeps prompt-prefix affinity (``cache.affinity``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import msgspec
+
+__all__ = ["KvEventSource", "KvRoutingConfig", "PoolKvRouting", "check_kv_routing"]
+
+_SCHEMES = ("tcp://", "ipc://", "inproc://")
+
+
+class KvEventSource(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Where one replica's engine publishes its KV-cache events (vLLM's ``--kv-events-config``)."""
+
+    endpoint: str
+    """The engine's ZeroMQ PUB socket, e.g. ``tcp://10.0.0.5:5557`` (the gateway connects a SUB)."""
+    replay_endpoint: str | None = None
+    """The engine's ROUTER replay socket; without one a gap in the sequence forgets the replica's blocks
+    until new events rebuild them."""
+    topic: str = ""
+    """The topic the engine publishes on (vLLM's ``topic``; empty: all)."""
+
+
+class PoolKvRouting(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """KV-cache-aware picks for one pool (``kv_routing.pools.<name>``)."""
+
+    tokenizer: str
+    """A directory with the pool model's ``tokenizer.json`` (and ``tokenizer_config.json`` for its chat
+    template), so the gateway's token ids are the ones the engine prefills."""
+    replicas: dict[str, KvEventSource]
+    """Replica label -> its event source. Replicas not listed score no cached blocks."""
+    enabled: bool = True
+    """Off: the pool keeps prompt-prefix affinity, and no socket is opened."""
+    hit_weight: Annotated[float, msgspec.Meta(ge=0)] = 1.0
+    """Score of each leading prompt block a replica holds (one block saves ``block_size`` tokens of
+    prefill)."""
+    load_weight: Annotated[float, msgspec.Meta(ge=0)] = 4.0
+    """Score taken off per request in flight on the replica."""
+    max_load_factor: Annotated[float, msgspec.Meta(ge=1)] = 1.5
+    """A replica whose load is above the pool's mean by this factor...."""
+    min_load_excess: Annotated[float, msgspec.Meta(ge=0)] = 4.0
+    """...and by at least this many requests is never chosen, however many blocks it holds."""
+    max_blocks_per_replica: Annotated[int, msgspec.Meta(ge=1)] = 65_536
+    """The most blocks remembered per replica (least recently stored forgotten first): bounds memory at
+    a few hundred bytes a block. Set it to at least the engine's number of GPU
+    blocks, so the engine's own removals do the evicting."""
+    max_prefix_tokens: Annotated[int, msgspec.Meta(ge=1)] = 4096
+    """Only the prompt's first this many tokens are tokenized and looked up (bounds the hot path: past
+    a few thousand shared tokens the replicas rarely differ)."""
+    stale_after_s: Annotated[float, msgspec.Meta(gt=0)] = 300.0
+    """A replica whose events stopped this long is forgotten (its blocks no longer steer picks)."""
+    replay_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+    """How long a replay request may take before the gap counts as unfillable."""
+
+
+class KvRoutingConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """KV-cache-aware replica picks, per pool (none by default)."""
+
+    pools: dict[str, PoolKvRouting] = {}
+    """Pool name -> its event sources and scoring."""
+
+
+def check_kv_routing(config: KvRoutingConfig, pools: Mapping[str, Any]) -> list[str]:
+    """What is wrong with ``config`` for a policy with these pools (name -> Pool); empty if fine."""
+    problems: list[str] = []
+    for name, pool_config in config.pools.items():
+        where = f"kv_routing.pools.{name}"
+        if name not in pools:
+            problems.append(f"{where}: unknown pool (pools are {', '.join(pools)})")
+            continue
+        labels = {replica.label for replica in getattr(pools[name], "replicas", ())}
+        for label, source in pool_config.replicas.items():
+            if label not in labels:
+                problems.append(
+                    f"{where}.replicas.{label}: unknown replica (labels are {', '.join(sorted(labels))})"
+                )
+            for field in ("endpoint", "replay_endpoint"):
+                value = getattr(source, field)
+                if value is not None and not value.startswith(_SCHEMES):
+                    problems.append(
+                        f"{where}.replicas.{label}.{field}: expected a tcp://, ipc:// or inproc:// "
+                        f"address, got {value!r}"
+                    )
+                elif value is not None and "*" in value:
+                    problems.append(
+                        f"{where}.replicas.{label}.{field}: expected the engine's host, got {value!r} "
+                        "(a `*` is what the engine binds)"
+                    )
+    return problems

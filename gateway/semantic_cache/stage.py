@@ -1,0 +1,161 @@
+"""Stage: the semantic cache, after the exact response cache.
+
+A chat request the exact cache did not answer is embedded (its canonical text,
+``gateway.semantic_cache.canonical``) and looked up among the answered prompts of its tenant and
+pool. A hit is answered here like an exact hit (JSON as stored, or an SSE replay for a stream) with
+``x-sortyard-cache: semantic-hit`` and ``x-sortyard-cache-similarity``; a miss is stored once the
+upstream answered (a stream is rebuilt from its relayed deltas, as the exact cache does). Skipped:
+pools the policy leaves out, sampled requests (unless ``allow_sampled``), requests with tools, images,
+``n`` > 1 or structured outputs. ``Cache-Control: no-cache`` skips the lookup, ``no-store`` both.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+
+from gateway.cache.directives import CACHE_HEADER, read_directives
+from gateway.cache.entry import Entry, EntryKind
+from gateway.cache.replay import StreamAccumulator, replay_sse
+from gateway.errors import GatewayError
+from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult, Usage
+from gateway.semantic_cache.canonical import canonical_text, is_sampled, literals, system_prompt
+from gateway.semantic_cache.embedder import QueryEmbedder
+from gateway.semantic_cache.semantic_cache import SemanticCache
+from gateway.sse import read_body_usage
+
+SEMANTIC_HIT = "semantic-hit"
+SIMILARITY_HEADER = "x-sortyard-cache-similarity"
+
+
+def _no_observer(seconds: float) -> None:
+    """The default lookup-latency hook: records nothing."""
+
+
+async def _one(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+class SemanticCacheStage:
+    """Answers paraphrases of answered prompts; stores what the upstream answers.
+
+    Args:
+        cache: the shared semantic cache.
+        embedder: embeds the canonical text through the policy's embedding pool.
+        observe_lookup_s: gets each lookup's seconds (index search and log pull, no embedding).
+    """
+
+    name = "semantic_cache"
+
+    def __init__(
+        self,
+        cache: SemanticCache,
+        embedder: QueryEmbedder,
+        *,
+        observe_lookup_s: Callable[[float], None] = _no_observer,
+    ) -> None:
+        self.cache = cache
+        self.embedder = embedder
+        self.observe_lookup_s = observe_lookup_s
+
+    async def __call__(self, call: Call) -> None:
+        pool = call.pool
+        if call.endpoint is not Endpoint.CHAT or pool is None:
+            return
+        config = call.policy.cache.semantic
+        if not config.applies_to(pool) or (not config.allow_sampled and is_sampled(call.body)):
+            return
+        directives = read_directives(call.headers.get("cache-control"))
+        if not directives.may_store:
+            return  # no-store: neither read nor write
+        text = canonical_text(call.body)
+        if text is None:
+            return
+        vector = await self.embedder.embed(call.policy, call.tenant, config, text)
+        if vector is None:
+            return
+        guard = literals(text, system_prompt(call.body)) if config.match_literals else ""
+        ttl_s, max_entries = config.ttl_s, config.max_entries
+        if not directives.is_bypass:
+            started = time.perf_counter()
+            hit = await self.cache.lookup(
+                call.tenant,
+                pool,
+                vector,
+                guard if config.match_literals else None,
+                threshold=config.threshold_for(pool),
+                ttl_s=ttl_s,
+                max_entries=max_entries,
+            )
+            self.observe_lookup_s(time.perf_counter() - started)
+            if hit is not None:  # semantic hit
+                self._answer(call, hit.entry, hit.similarity)
+                return
+        accumulator = StreamAccumulator() if call.is_stream else None
+        if accumulator is not None:
+            call.result_filters.append(_tap(accumulator))
+        cache, max_bytes = self.cache, config.max_entry_bytes
+
+        async def store(call: Call, error: GatewayError | None) -> None:
+            # a fallback pool's answer comes from another model: never stored under this pool
+            if error is not None or call.served_pool != pool:
+                return
+            new: Entry | None = None
+            if accumulator is not None:
+                usage = call.usage
+                new = accumulator.entry(
+                    usage={
+                        "prompt_tokens": usage.input_tokens,
+                        "completion_tokens": usage.output_tokens,
+                        "total_tokens": usage.input_tokens + usage.output_tokens,
+                    }
+                    if usage
+                    else None
+                )
+            elif isinstance(call.result, BytesResult) and call.result.status == 200:
+                new = Entry(EntryKind.CHAT, call.result.body)
+            if new is not None:
+                await cache.store(
+                    call.tenant, pool, vector, guard, new,
+                    ttl_s=ttl_s, max_entries=max_entries, max_entry_bytes=max_bytes,
+                )  # fmt: skip
+
+        call.on_finish(store)
+
+    def _answer(self, call: Call, entry: Entry, similarity: float) -> None:
+        call.cache_status = SEMANTIC_HIT
+        call.response_headers[CACHE_HEADER] = SEMANTIC_HIT
+        call.response_headers[SIMILARITY_HEADER] = f"{similarity:.4f}"
+        usage: Usage | None = None
+        if call.policy.cache.response.hits_consume_tokens:
+            try:
+                usage, _ = read_body_usage(entry.body)
+            except GatewayError:
+                usage = None
+        call.usage = usage or Usage(0, 0)
+        if call.is_stream:
+            call.result = StreamResult(_one(replay_sse(entry, include_usage=call.include_usage)))
+        else:
+            call.result = BytesResult(200, entry.body)
+
+
+def _tap(accumulator: StreamAccumulator):  # type: ignore[no-untyped-def]
+    """A result filter that lets the accumulator see every byte of the stream it relays."""
+
+    async def apply(call: Call, result: BytesResult | StreamResult) -> BytesResult | StreamResult:
+        if isinstance(result, StreamResult):
+            result.events = _tapped(result.events, accumulator)
+        return result
+
+    return apply
+
+
+async def _tapped(events: AsyncIterator[bytes], accumulator: StreamAccumulator) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in events:
+            accumulator.feed(chunk)
+            yield chunk
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from backends.engine.kv_events.config import KVEventsConfig
 from backends.openmp import loaded_runtime, relaunch_with_intel_openmp
 from backends.serving.app import ModelSpec, create_app
 from backends.serving.engine_client import AsyncEngineLike
@@ -103,7 +104,28 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=1,
         help="stages (of --tensor-parallel-size processes each) that split the decoder layers",
     )
+    parser.add_argument(
+        "--pipeline-micro-batches",
+        type=int,
+        default=0,
+        help="micro-batches each step is split into so pipeline stages overlap (0: automatic, 1: none)",
+    )
     parser.add_argument("--no-prefix-caching", action="store_true")
+    parser.add_argument(
+        "--kv-events-config",
+        type=_kv_events_config,
+        default=None,
+        metavar="JSON",
+        help='publish KV-cache block events as vLLM does, e.g. \'{"enable_kv_cache_events": true, '
+        '"publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558"}\'',
+    )
+    parser.add_argument(
+        "--export-tokenizer",
+        default=None,
+        metavar="DIR",
+        help="write the model's tokenizer.json and tokenizer_config.json (chat template, special tokens) "
+        "to DIR once it is loaded, for a router that tokenizes prompts as the engine does",
+    )
     parser.add_argument("--num-threads", type=int, default=None, help="torch threads on CPU")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-waiting", type=int, default=256, help="waiting-queue bound; beyond it 429")
@@ -123,10 +145,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--served-model-name names the one --model; with several, use --model NAME=SOURCE")
     if args.tensor_parallel_size < 1 or args.pipeline_parallel_size < 1:
         parser.error("--tensor-parallel-size and --pipeline-parallel-size must be >= 1")
+    if args.pipeline_micro_batches < 0:
+        parser.error("--pipeline-micro-batches must be >= 0 (0: automatic)")
     try:
         args.models = served_models(args.model, args.served_model_name)
     except ValueError as exc:
         parser.error(str(exc))
+    if (args.kv_events_config or args.export_tokenizer) and len(args.models) > 1:
+        parser.error("--kv-events-config and --export-tokenizer serve one engine: give one --model source")
     if args.tensor_parallel_size * args.pipeline_parallel_size > 1 and len(args.models) > 1:
         parser.error("a tensor/pipeline-parallel engine owns its process's group: serve one --model source")
     return args
@@ -151,6 +177,13 @@ def served_models(values: Sequence[str], served_names: Sequence[str] | None = No
     return models
 
 
+def _kv_events_config(text: str) -> KVEventsConfig:
+    try:
+        return KVEventsConfig.from_json(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def _source_key(source: str) -> str:
     """One key per set of weights: a path is compared by where it really is."""
     return os.path.realpath(source) if os.path.exists(source) else source
@@ -159,7 +192,7 @@ def _source_key(source: str) -> str:
 class RankWatch:
     """The parallel engines this server started: a lost rank stops ``server`` (uvicorn's graceful
     shutdown, so the requests in flight get their error first), after which ``main`` exits non-zero
-    with ``lost``. ``close`` stops the workers at a normal shutdown."""
+    with ``lost``. ``close`` closes every engine (workers, KV-event publisher) at a normal shutdown."""
 
     def __init__(self) -> None:
         self.lost: str | None = None
@@ -169,9 +202,9 @@ class RankWatch:
         self._closing = False
 
     def adopt(self, engine: Any) -> None:
-        """Watch ``engine`` (an ``LLMEngine``) when it has worker ranks."""
+        """Watch ``engine`` (an ``LLMEngine``) when it has worker ranks; close it at shutdown."""
+        self._engines.append(engine)
         if engine.workers is not None:
-            self._engines.append(engine)
             engine.workers.on_lost(self._on_lost)
 
     def _on_lost(self, reason: str) -> None:
@@ -237,11 +270,15 @@ def build_engine(
         seed=args.seed,
         tensor_parallel_size=args.tensor_parallel_size,
         pipeline_parallel_size=args.pipeline_parallel_size,
+        pipeline_micro_batches=args.pipeline_micro_batches,
+        kv_events=args.kv_events_config,
     )
     log.info("loading model %s (%s)", source, args.dtype)
     engine = LLMEngine(config)
     if watch is not None:
         watch.adopt(engine)
+    if args.export_tokenizer:
+        engine.tokenizer.save(args.export_tokenizer)
     log.info(
         "model %s loaded: max_model_len %d, OpenMP runtime %s",
         engine.model_name,

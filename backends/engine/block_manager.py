@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from backends.engine.block_hash import BlockHash
+from backends.engine.kv_events.events import AllBlocksCleared, KVEventSink, block_removed, block_stored
 from backends.engine.sequence import FREED_BLOCK, Sequence
 
 
@@ -39,6 +40,8 @@ class BlockManager:
     freed; None keeps every block a sequence filled (full attention, some full layers, or freeing off).
     ``is_sliding_group``: this pool holds only the sliding layers of a model that also has full ones, so
     its table of a sequence is ``seq.sliding_blocks`` (the full layers' pool uses the sequence's own).
+    ``event_sink``: told each block that becomes cached or is evicted, and each reset, as KV group
+    ``group_idx`` (``kv_events/``); None records nothing.
     """
 
     def __init__(
@@ -49,6 +52,8 @@ class BlockManager:
         enable_prefix_caching: bool = True,
         sliding_window: int | None = None,
         is_sliding_group: bool = False,
+        event_sink: KVEventSink | None = None,
+        group_idx: int = 0,
     ) -> None:
         self.num_blocks = num_blocks
         self.is_sliding_group = is_sliding_group
@@ -64,6 +69,12 @@ class BlockManager:
         self.prefix_cache_hits = 0
         self.max_num_used_blocks = 0
         """High-water mark of blocks referenced at once (what a pool for this load must hold)."""
+        self.event_sink = event_sink
+        self.group_idx = group_idx
+
+    def attach_event_sink(self, sink: KVEventSink, *, group_idx: int = 0) -> None:
+        """Record this pool's prefix-cache events into ``sink`` from now on, as KV group ``group_idx``."""
+        self.event_sink, self.group_idx = sink, group_idx
 
     # -- sizes ---------------------------------------------------------------------------------------
     @property
@@ -134,12 +145,48 @@ class BlockManager:
         if num_full <= t.num_hashed_blocks:
             return
         hashes = seq.full_block_hashes(self.block_size)
+        stored: list[int] = []  # positions newly cached, for the event sink
         for i in range(t.num_hashed_blocks, num_full):
             block_id, h = t.block_table[i], hashes[i]
             if block_id != FREED_BLOCK and self.block_hash[block_id] is None and h not in self.hash_to_block:
                 self.block_hash[block_id] = h
                 self.hash_to_block[h] = block_id
+                stored.append(i)
         t.num_hashed_blocks = num_full
+        if stored and self.event_sink is not None:
+            self._record_stored(hashes, stored)
+
+    def _record_stored(self, hashes: list[BlockHash], stored: list[int]) -> None:
+        """One event per run of consecutive newly cached blocks (a block cached before splits a run)."""
+        assert self.event_sink is not None
+        start = 0
+        for k in range(1, len(stored) + 1):
+            if k == len(stored) or stored[k] != stored[k - 1] + 1:
+                first, last = stored[start], stored[k - 1]
+                parent = hashes[first - 1] if first else None
+                self.event_sink.record(
+                    block_stored(
+                        hashes[first : last + 1],
+                        parent,
+                        self.block_size,
+                        group_idx=self.group_idx,
+                        sliding_window=self.sliding_window,
+                    )
+                )
+                start = k
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash (vLLM's ``reset_prefix_cache``); refused (False) while any block is
+        referenced, since a running sequence's blocks would lose their keys under it."""
+        if self.num_used_blocks:
+            return False
+        self.free_ids.extend(self.evictable)
+        self.evictable.clear()
+        self.hash_to_block.clear()
+        self.block_hash = [None] * self.num_blocks
+        if self.event_sink is not None:
+            self.event_sink.record(AllBlocksCleared())
+        return True
 
     # -- sliding window ------------------------------------------------------------------------------
     def num_dead_blocks(self, seq: Sequence, num_computed_tokens: int) -> int:
@@ -291,6 +338,8 @@ class BlockManager:
             if h is not None:
                 del self.hash_to_block[h]
                 self.block_hash[block_id] = None
+                if self.event_sink is not None:
+                    self.event_sink.record(block_removed(h, group_idx=self.group_idx))
         assert self.ref_counts[block_id] == 0
         self.ref_counts[block_id] = 1
         self._note_usage()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backends.engine.kv_events.config import KVEventsConfig
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -78,9 +80,16 @@ class EngineConfig:
     among them (they share the host's memory)."""
     pipeline_parallel_size: int = 1
     """Stages (each ``tensor_parallel_size`` ranks) that split the decoder layers into contiguous runs."""
+    pipeline_micro_batches: int = 0
+    """With several stages: micro-batches a step's sequences are split into, so that the stages compute
+    different micro-batches at once (GPipe within a step). 0: automatic (one a stage, at most one a
+    sequence; one over NCCL); 1: the whole batch through the stages one after another."""
     distributed_timeout_s: float = 60.0
     """With several ranks: how long a collective or a rank's start-up reply may take before the engine
     is declared dead (a rank that dies is noticed at once; this bounds one that hangs)."""
+    kv_events: KVEventsConfig | None = None
+    """Publish the prefix cache's block events in vLLM's format (``kv_events/``, vLLM's
+    ``--kv-events-config``); None: off. Only rank 0 (which owns the block pool) publishes."""
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_NAMES:
@@ -97,6 +106,8 @@ class EngineConfig:
             raise ValueError("gpu_memory_utilization must be in (0, 1]")
         if self.tensor_parallel_size < 1 or self.pipeline_parallel_size < 1:
             raise ValueError("tensor_parallel_size and pipeline_parallel_size must be >= 1")
+        if self.pipeline_micro_batches < 0:
+            raise ValueError("pipeline_micro_batches must be >= 0 (0: automatic)")
         if self.distributed_timeout_s <= 0:
             raise ValueError("distributed_timeout_s must be > 0")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:

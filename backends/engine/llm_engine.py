@@ -20,6 +20,7 @@ from backends.engine.cpu_allocator import keep_freed_memory
 from backends.engine.cuda_graphs import GraphCapturer, graph_config
 from backends.engine.detokenizer import IncrementalDetokenizer
 from backends.engine.errors import EngineDeadError
+from backends.engine.kv_events.publisher import build_publisher
 from backends.engine.kv_groups import KVBlocks, build_kv_blocks
 from backends.engine.kv_sizing import plan_kv_cache
 from backends.engine.loader import LoadedModel, ModelLoader, load_model
@@ -42,7 +43,6 @@ from backends.openmp import default_num_threads
 log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
 
 __all__ = ["EngineStats", "LLMEngine"]
 
@@ -124,11 +124,10 @@ class LLMEngine:
         )
         if self.workers is not None:  # each worker allocates its KV cache shard from this plan
             start_runners(self.workers, plan)
-        elapsed_s = time.monotonic() - started
         log.info(
             "model %s loaded in %.1f s: KV blocks of %d tokens: %s",
             self.model_name,
-            elapsed_s,
+            time.monotonic() - started,
             config.block_size,
             plan.sizes,
         )
@@ -177,6 +176,7 @@ class LLMEngine:
         self.grammar_compiler = GrammarCompiler(self.tokenizer, cfg.vocab_size, grammar_config)
         """Structured outputs' constraints, compiled once each (thread-safe: a server compiles off its
         event loop, and ``add_request`` finds them cached)."""
+        self.kv_events = build_publisher(config.kv_events, self.block_manager)  # last: binds only on success
 
     @property
     def num_generated_tokens(self) -> int:
@@ -273,6 +273,7 @@ class LLMEngine:
                     touched.add(item.seq.request_id)
                 if isinstance(exc, EngineDeadError):  # ...unless a rank of a parallel engine is lost
                     raise
+        self.kv_events.flush()  # this step's prefix-cache events, one batch
         return [self._output(rid) for rid in touched if rid in self.requests]
 
     def _mark_scheduled(self, sched: SchedulerOutput) -> None:
@@ -383,8 +384,9 @@ class LLMEngine:
         )
 
     def close(self) -> None:
-        """Stop the worker ranks of a parallel engine and leave its process group (idempotent; a no-op
-        for one process). The workers are daemons: they also end with this process."""
+        """Stop the KV-event publisher and the worker ranks of a parallel engine (idempotent). The
+        workers are daemons: they also end with this process."""
+        self.kv_events.close()
         if self.workers is not None:
             self.workers.close()
 
@@ -394,6 +396,4 @@ class LLMEngine:
 
 
 def _resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
+    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device

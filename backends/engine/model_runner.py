@@ -13,6 +13,7 @@ carries that group's slot mapping and block tables (``Sequence.sliding_blocks``)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -22,6 +23,7 @@ from backends.engine.layers.attention import AttentionMetadata, PrefillChunk
 from backends.engine.layers.quantization import prepare_linears
 from backends.engine.model_config import FULL, SLIDING
 from backends.engine.models.llama import LlamaAttention, LlamaForCausalLM
+from backends.engine.parallel import micro_batches
 from backends.engine.parallel.workers import StepInputs, WorkerPool
 from backends.engine.scheduler import ScheduledSeq
 
@@ -124,26 +126,35 @@ class ModelRunner:
     def run(self, scheduled: list[ScheduledSeq]) -> torch.Tensor:
         """Logits [num_sample_rows, vocab] (fp32): each of ``scheduled``'s last chunks in order, one row
         per token it samples from (its last token's, then one per proposed token when it speculates)."""
+        if self.workers is not None:  # tensor/pipeline parallel: every rank runs the step's micro-batches
+            return self._run_parallel(scheduled, self.workers)
+        step = self._step(scheduled)
+        graphs = self.decode_graphs
+        if graphs is not None and graphs.can_replay(step.meta):  # decode-only, within the largest bucket
+            hidden = graphs.replay(step.input_ids, step.positions, step.meta)
+        else:
+            hidden = self.model(step.input_ids, step.positions, step.meta)
+        return self.model.compute_logits(hidden.index_select(0, step.sample_index)).float()
+
+    def _run_parallel(self, scheduled: list[ScheduledSeq], workers: WorkerPool) -> torch.Tensor:
+        """Rank 0's part of a parallel step: ``scheduled`` in contiguous micro-batches balanced by tokens
+        (``parallel/micro_batches.py``), each prepared on its own; their logits in the scheduler's order."""
+        group = workers.group
+        assert group is not None, "the pool joined its group before the runner was built"
+        parts = micro_batches.count(
+            workers.micro_batches, group.pp_size, len(scheduled), backend=group.backend
+        )
+        runs = micro_batches.split([item.num_new_tokens for item in scheduled], parts)
+        steps = [self._step(scheduled[run.start : run.stop]) for run in runs]
+        stage = partial(micro_batches.run_stage, self.model, group.traffic, logits_last=True)
+        return workers.run_step(steps, stage)
+
+    def _step(self, scheduled: list[ScheduledSeq]) -> StepInputs:
+        """``scheduled``'s forward inputs; the sampled rows in ``scheduled``'s order."""
         # decodes first (stable), so they are rows [0, num_decodes) of the flat batch
         order = sorted(range(len(scheduled)), key=lambda i: not _is_decode(scheduled[i]))
-        batch = [scheduled[i] for i in order]
-        input_ids, positions, meta, sample_rows = self._prepare(batch)
-        index = self._sample_index(order, sample_rows)
-        if self.workers is not None:  # tensor/pipeline parallel: every rank runs this step on these inputs
-            return self.workers.run_step(StepInputs(input_ids, positions, meta, index), self.execute)
-        graphs = self.decode_graphs
-        if graphs is not None and graphs.can_replay(meta):  # decode-only, within the largest bucket
-            hidden = graphs.replay(input_ids, positions, meta)
-        else:
-            hidden = self.model(input_ids, positions, meta)
-        return self.model.compute_logits(hidden.index_select(0, index)).float()
-
-    @torch.inference_mode()
-    def execute(self, step: StepInputs) -> torch.Tensor:
-        """A prepared step's forward and LM head, eagerly: rank 0's part of a parallel step, and every
-        worker rank's (with rank 0's inputs; a rank that ends with no logits returns an empty tensor)."""
-        hidden = self.model(step.input_ids, step.positions, step.meta)
-        return self.model.compute_logits(hidden.index_select(0, step.sample_index)).float()
+        input_ids, positions, meta, sample_rows = self._prepare([scheduled[i] for i in order])
+        return StepInputs(input_ids, positions, meta, self._sample_index(order, sample_rows))
 
     def _sample_index(self, order: list[int], sample_rows: dict[int, range]) -> torch.Tensor:
         """The flat batch's rows to sample from, in the scheduler's order (``order[j]`` is the

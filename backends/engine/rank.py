@@ -8,7 +8,7 @@ Start-up, rank 0 and each worker side by side:
     join the group                               join the group
     load and partition its shard                 load and partition its shard, "loaded"
     plan the KV cache, send ("plan", plan)       allocate its KV cache shard from the plan, "ready"
-    every step: send the inputs, run its part    every step: run its part on rank 0's inputs
+    every step: send the inputs, run its part    every step: run its part of each micro-batch
 
 The process group, layers and step RPC are ``backends/engine/parallel/``; this module sits above the
 models (which import that package), so the worker can build a model.
@@ -20,6 +20,7 @@ import logging
 import pickle
 import signal
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import Connection
 
 import torch
@@ -32,6 +33,7 @@ from backends.engine.loader import LoadedModel, ModelLoader
 from backends.engine.model_runner import ModelRunner
 from backends.engine.models import build_model
 from backends.engine.models.llama import LlamaForCausalLM
+from backends.engine.parallel import micro_batches
 from backends.engine.parallel.group import (
     ParallelGroup,
     ParallelLayout,
@@ -99,6 +101,7 @@ def start_ranks(
     try:
         pool.wait_for("hello", STARTUP_TIMEOUT_S)
         group = init_group(layout, 0, store, device, config.distributed_timeout_s)
+        pool.group, pool.micro_batches = group, config.pipeline_micro_batches
         model = build_shard(
             loaded,
             group,
@@ -189,7 +192,8 @@ def run_worker(spec: RankSpec, rank: int, conn: Connection) -> None:
         send(conn, "loaded")
         runner = build_runner(model, receive(conn, "plan"), config)
         send(conn, "ready")
-        serve_steps(conn, runner.execute, device)
+        stage = partial(micro_batches.run_stage, runner.model, group.traffic, logits_last=False)
+        serve_steps(conn, stage, device)
     except EOFError:  # rank 0 went away (or closed the engine) before start-up finished
         pass
     except BaseException:

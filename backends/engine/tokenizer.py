@@ -75,6 +75,21 @@ class Tokenizer:
             add_bos_token=bool(cfg.get("add_bos_token", False)),
         )
 
+    def save(self, path: str | Path) -> None:
+        """Write tokenizer.json and tokenizer_config.json (special tokens, ``add_bos_token``, the chat
+        template) into ``path``: what a process with only the ``tokenizers`` package needs to tokenize
+        prompts as this engine does (a GGUF's tokenizer too); ``from_hf_dir`` reads them back."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.backend.save(str(path / "tokenizer.json"))
+        config = {
+            "bos_token": self._token_str(self.bos_token_id) or None,
+            "eos_token": self._token_str(self.eos_token_id),
+            "add_bos_token": self.add_bos_token,
+            "chat_template": self.chat_template,
+        }
+        (path / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2) + "\n")
+
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         ids: list[int] = self.backend.encode(text, add_special_tokens=False).ids
         if add_special_tokens and self.add_bos_token and self.bos_token_id is not None:

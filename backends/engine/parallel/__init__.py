@@ -5,6 +5,8 @@
 - ``layers.py``: the Megatron-style column-, row- and vocabulary-parallel layers.
 - ``pipeline.py``: the stand-ins for the layers other stages hold, which pass hidden states between
   stages.
+- ``micro_batches.py``: a step split into micro-batches that the stages compute at once, and each
+  rank's run of them.
 - ``workers.py``: ranks 1..N-1 as processes, the step RPC from rank 0, and what happens when one dies.
 
 What every rank builds, and the worker process itself, is ``backends/engine/rank.py`` (it needs the

@@ -14,7 +14,7 @@ so one process belongs to at most one parallel engine.
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -122,6 +122,70 @@ class ParallelLayout:
         return tp_rank * per_rank, per_rank
 
 
+class StageTraffic:
+    """This rank's point-to-point traffic of one step: which micro-batch it is at (the tag that keeps
+    one micro-batch's hidden states and logits apart from the next one's), its sends in flight, and its
+    receives posted ahead (over gloo).
+
+    Sends never block (``isend``): a stage hands micro-batch k on and goes on with k + 1 while the next
+    stage computes k. Each send's tensor is kept until ``wait_all``, which ends every step. Receives are
+    posted for every micro-batch when the step begins (``begin``), as soon as this rank has seen once
+    what it receives (from whom, how wide): gloo moves a message only once its receive is posted, so a
+    receive posted late would wait for the sender's process to be scheduled again."""
+
+    def __init__(self) -> None:
+        self.micro_batch = 0
+        self._pending: list[tuple[dist.Work, torch.Tensor]] = []
+        self._expected: dict[tuple[int, bool], torch.Tensor] = {}
+        """(source rank, one row a token?) -> a [0, width] tensor of the dtype and device received."""
+        self._posted: dict[tuple[int, bool, int], tuple[dist.Work, torch.Tensor]] = {}
+
+    def begin(self, sizes: list[tuple[int, int]]) -> None:
+        """A step of micro-batches of (tokens, sampled rows) each: post the receives of all of them.
+        Over gloo only: NCCL runs a pair's sends and receives on one stream in the order they were
+        issued, where a receive posted ahead would hold back this rank's sends to the same peer."""
+        if dist.get_backend() != "gloo":
+            return
+        for (src, per_token), like in self._expected.items():
+            for k, (tokens, rows) in enumerate(sizes):
+                buffer = like.new_empty(tokens if per_token else rows, like.shape[1])
+                work = dist.irecv(buffer, src=src, tag=k)
+                assert work is not None  # None only for a rank outside the group
+                self._posted[src, per_token, k] = (work, buffer)
+
+    def isend(self, tensor: torch.Tensor, dst: int) -> None:
+        tensor = tensor.contiguous()
+        work = dist.isend(tensor, dst=dst, tag=self.micro_batch)
+        assert work is not None
+        self._pending.append((work, tensor))
+
+    def recv(self, like: torch.Tensor, src: int, *, per_token: bool) -> torch.Tensor:
+        """What ``src`` sent for the current micro-batch, shaped as ``like`` ([tokens or sampled rows,
+        width]): the receive posted for it, or (the first time) ``like`` filled by a blocking one."""
+        posted = self._posted.pop((src, per_token, self.micro_batch), None)
+        if posted is not None:
+            work, buffer = posted
+            assert buffer.shape == like.shape, (buffer.shape, like.shape)
+            work.wait()
+            return buffer
+        self._expected[src, per_token] = like.new_empty(0, like.shape[1])
+        dist.recv(like, src=src, tag=self.micro_batch)
+        return like
+
+    def wait_all(self) -> None:
+        """Wait until every send of the step has been received."""
+        for work, _ in self._pending:
+            work.wait()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the step's sends and receives (after a failed step the pool is lost: nobody will
+        receive or send them)."""
+        self._pending.clear()
+        self._posted.clear()
+        self.micro_batch = 0
+
+
 @dataclass(frozen=True)
 class ParallelGroup:
     """This process's place among the ranks of one parallel engine, once ``init_group`` joined them."""
@@ -130,6 +194,8 @@ class ParallelGroup:
     rank: int
     tp_group: dist.ProcessGroup | None
     """The tensor-parallel group of this rank's stage (None: the whole world, or no tensor parallelism)."""
+    traffic: StageTraffic = field(default_factory=StageTraffic, compare=False, repr=False)
+    """This rank's hidden states and logits in flight between stages (``pipeline.py``, the LM head)."""
 
     @property
     def tp_size(self) -> int:
@@ -174,6 +240,11 @@ class ParallelGroup:
     def logits_rank(self) -> int:
         """The rank whose gathered logits rank 0 samples from: tensor rank 0 of the last stage."""
         return self.layout.rank_of(self.pp_size - 1, 0)
+
+    @property
+    def backend(self) -> str:
+        """The process group's backend: "gloo" (CPU) or "nccl" (CUDA)."""
+        return str(dist.get_backend())
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum ``tensor`` in place over this stage's tensor ranks."""

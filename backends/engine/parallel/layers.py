@@ -122,8 +122,8 @@ class ParallelLMHead(MergedLinear):
             if slices is None:
                 return logits.new_empty(logits.shape[0], 0)
             logits = torch.cat(slices, dim=-1)[:, : self.vocab_size]
-        if group.rank != 0:  # the last stage's tensor rank 0: rank 0 samples
-            dist.send(logits.contiguous(), dst=0)
+        if group.rank != 0:  # the last stage's tensor rank 0: rank 0 samples (it receives them later)
+            group.traffic.isend(logits, dst=0)
         return logits
 
 

@@ -17,9 +17,10 @@ norm) or ``(positions, h, meta) -> h`` (Gemma 3); the stand-ins answer in the ca
 crosses a boundary is one [tokens, hidden] tensor: Llama's pending residual add is done before sending,
 and the receiving stage's first layer starts from it as from an embedding.
 
-Each step's batch flows through all stages in turn (no micro-batches): while one stage computes, the
-others wait. Pipeline parallelism here buys memory (each rank holds its layers and their KV cache), not
-throughput.
+A step may come as several micro-batches (``micro_batches.py``): every stage runs its part of each in
+turn, and the stand-ins tag their traffic with the micro-batch's number (``StageTraffic``). Sends do
+not block, so a stage goes on with micro-batch k + 1 while the next one computes k; rank 0 runs its
+stage for every micro-batch first and only then asks its LM head stand-in for each one's logits.
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
-from backends.engine.parallel.group import ParallelGroup
+from backends.engine.parallel.group import ParallelGroup, StageTraffic
 
 
 class HeldElsewhere(nn.Module):
@@ -48,28 +48,31 @@ class LayerElsewhere(HeldElsewhere):
 class ReceiveHidden(HeldElsewhere):
     """The previous stage's last layer: returns the hidden states that stage sent."""
 
-    def __init__(self, src: int) -> None:
+    def __init__(self, src: int, traffic: StageTraffic) -> None:
         super().__init__()
         self.src = src
+        self.traffic = traffic
 
     def forward(self, positions: torch.Tensor, h: torch.Tensor, *rest: Any) -> Any:
         del positions
-        received = torch.empty_like(h)
-        dist.recv(received, src=self.src)
+        received = self.traffic.recv(torch.empty_like(h), src=self.src, per_token=True)
         return received if len(rest) == 1 else (received, None)  # the next layer starts a residual
 
 
 class SendHidden(HeldElsewhere):
-    """The next stage's first layer: sends this stage's output there (the residual added in first)."""
+    """The next stage's first layer: sends this stage's output there (the residual added in first),
+    without waiting for it to arrive."""
 
-    def __init__(self, dst: int) -> None:
+    def __init__(self, dst: int, traffic: StageTraffic) -> None:
         super().__init__()
         self.dst = dst
+        self.traffic = traffic
 
     def forward(self, positions: torch.Tensor, h: torch.Tensor, *rest: Any) -> Any:
         del positions
         residual = rest[0] if len(rest) == 2 else None
-        dist.send((h if residual is None else h + residual).contiguous(), dst=self.dst)
+        # a tensor of its own: the send is still reading it while the caller goes on with h in place
+        self.traffic.isend(h.clone() if residual is None else h + residual, dst=self.dst)
         return h if len(rest) == 1 else (h, residual)
 
 
@@ -94,17 +97,17 @@ class HeadElsewhere(HeldElsewhere):
 
 
 class LogitsFromLastStage(HeldElsewhere):
-    """Rank 0's LM head when the last stage holds the real one: receives the [rows, vocab] logits."""
+    """Rank 0's LM head when the last stage holds the real one: receives the current micro-batch's
+    [rows, vocab] logits (``x`` only gives the row count)."""
 
-    def __init__(self, vocab_size: int, src: int) -> None:
+    def __init__(self, vocab_size: int, src: int, traffic: StageTraffic) -> None:
         super().__init__()
         self.vocab_size = vocab_size
         self.src = src
+        self.traffic = traffic
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        logits = x.new_empty(x.shape[0], self.vocab_size)
-        dist.recv(logits, src=self.src)
-        return logits
+        return self.traffic.recv(x.new_empty(x.shape[0], self.vocab_size), src=self.src, per_token=False)
 
 
 def layer_stand_ins(num_layers: int, group: ParallelGroup) -> dict[int, HeldElsewhere]:
@@ -115,9 +118,9 @@ def layer_stand_ins(num_layers: int, group: ParallelGroup) -> dict[int, HeldElse
         if i in stage:
             continue
         if i == stage.start - 1:
-            stand_ins[i] = ReceiveHidden(group.prev_rank)
+            stand_ins[i] = ReceiveHidden(group.prev_rank, group.traffic)
         elif i == stage.stop:
-            stand_ins[i] = SendHidden(group.next_rank)
+            stand_ins[i] = SendHidden(group.next_rank, group.traffic)
         else:
             stand_ins[i] = LayerElsewhere()
     return stand_ins
@@ -126,5 +129,5 @@ def layer_stand_ins(num_layers: int, group: ParallelGroup) -> dict[int, HeldElse
 def head_stand_in(vocab_size: int, group: ParallelGroup) -> HeldElsewhere:
     """The LM head of a stage before the last: rank 0 receives the logits, the others get none."""
     if group.rank == 0:
-        return LogitsFromLastStage(vocab_size, group.logits_rank)
+        return LogitsFromLastStage(vocab_size, group.logits_rank, group.traffic)
     return HeadElsewhere()

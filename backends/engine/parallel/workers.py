@@ -1,11 +1,11 @@
 """Ranks 1..N-1 as processes, and the step RPC from rank 0 to them.
 
 Rank 0 (the engine's process) starts one process per other rank (``torch.multiprocessing``'s spawn) and
-keeps a pipe to each. The pipe carries start-up messages and, every step, the step's inputs
-(``StepInputs``: token ids, positions, the attention metadata and the rows to sample), pickled once and
-written to every worker before rank 0 starts its own forward; the model's collectives then keep the
-ranks in step. A worker idles on its pipe, never in a collective, so an idle engine never trips the
-collectives' timeout.
+keeps a pipe to each. The pipe carries start-up messages and, every step, the step's inputs: one
+``StepInputs`` (token ids, positions, the attention metadata and the rows to sample) for each of its
+micro-batches (``micro_batches.py``), pickled once and written to every worker before rank 0 starts its
+own forward; the model's collectives then keep the ranks in step. A worker idles on its pipe, never in
+a collective, so an idle engine never trips the collectives' timeout.
 
 Failure: a worker that raises sends its traceback and exits; one that dies closes its sockets, and
 rank 0's next collective with it fails at once (or after the group's timeout, whatever hangs). Rank 0
@@ -15,7 +15,7 @@ naming the rank, and the remaining workers are stopped. A worker whose pipe clos
 exits.
 
 Messages are tuples: ("hello",) once a worker runs, ("loaded",) once its shard is built, ("plan", x)
-with the KV cache plan, ("ready",) once its cache is allocated, ("step", StepInputs), ("exit",),
+with the KV cache plan, ("ready",) once its cache is allocated, ("step", [StepInputs, ...]), ("exit",),
 ("error", text).
 """
 
@@ -43,7 +43,7 @@ import torch.multiprocessing as mp
 
 from backends.engine.errors import EngineDeadError
 from backends.engine.layers.attention import AttentionMetadata
-from backends.engine.parallel.group import destroy_group
+from backends.engine.parallel.group import ParallelGroup, destroy_group
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ STOP_TIMEOUT_S = 10.0
 
 @dataclass
 class StepInputs:
-    """One step's forward inputs, the same on every rank."""
+    """One step's (or micro-batch's) forward inputs, the same on every rank."""
 
     input_ids: torch.Tensor
     positions: torch.Tensor
@@ -81,6 +81,13 @@ class WorkerPool:
         self.conns = list(conns)
         self.lost: str | None = None
         """Why the pool is unusable (a rank died or a step failed); None while every rank serves."""
+        self.group: ParallelGroup | None = None
+        """Rank 0's place among the ranks, once it joined them (``rank.start_ranks``)."""
+        self.micro_batches = 1
+        """``EngineConfig.pipeline_micro_batches`` (0: automatic), which rank 0's runner splits by."""
+        self.num_steps = 0
+        self.num_micro_batches = 0
+        """Steps run, and the micro-batches they were split into (their mean shows the overlap)."""
         self._closing = False
         self._on_lost: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
@@ -134,14 +141,18 @@ class WorkerPool:
                     del pending[rank]
 
     # -- steps ---------------------------------------------------------------------------------------
-    def run_step(self, step: StepInputs, execute: Callable[[StepInputs], torch.Tensor]) -> torch.Tensor:
-        """Send ``step`` to every worker, then run rank 0's part (``execute``); any failure loses the
-        pool (the ranks are out of step for good) and raises EngineDeadError naming the cause."""
+    def run_step(
+        self, steps: list[StepInputs], execute: Callable[[list[StepInputs]], torch.Tensor]
+    ) -> torch.Tensor:
+        """Send a step's micro-batches to every worker, then run rank 0's part (``execute``); any failure
+        loses the pool (the ranks are out of step for good) and raises EngineDeadError naming the cause."""
         if self.lost is not None:
             raise EngineDeadError(self.lost)
         try:
-            self.send_all(("step", step.encode()))
-            return execute(step)
+            self.send_all(("step", [step.encode() for step in steps]))
+            self.num_steps += 1
+            self.num_micro_batches += len(steps)
+            return execute(steps)
         except Exception as exc:
             self._lose(self._failure_of_step(exc))
             raise EngineDeadError(self.lost or str(exc)) from exc
@@ -226,14 +237,17 @@ class WorkerPool:
         return f"rank {rank} (pid {process.pid}) died ({how})"
 
 
-def serve_steps(conn: Connection, execute: Callable[[StepInputs], object], device: torch.device) -> None:
-    """A worker's loop: run each step rank 0 sends until it says exit or its pipe closes."""
+def serve_steps(
+    conn: Connection, execute: Callable[[list[StepInputs]], object], device: torch.device
+) -> None:
+    """A worker's loop: run each step (its micro-batches) rank 0 sends until it says exit or its pipe
+    closes."""
     while True:
         message = _read(conn)
         if message is None or message[0] == "exit":
             return
         if message[0] == "step":
-            execute(message[1].decode(device))
+            execute([step.decode(device) for step in message[1]])
 
 
 def send(conn: Connection, *message: Any) -> None:

@@ -11,7 +11,8 @@ one for ``make_busy``); replica ``b`` reads the real server's page at its kind's
 Beyond ``CompatScenarios``: the real ``/metrics`` page parses into the ``ReplicaLoad`` it states and
 the gateway's scrape of it fills the replica's state; a stream's chunks, ``system_fingerprint`` and
 usage arrive as vLLM sent them; the Responses API (plain and streamed) passes through; vLLM's own
-refusal reaches the client unchanged.
+refusal reaches the client unchanged; vLLM's KV-cache events (``--kv-events-config``) steer a
+gateway's KV-aware picks.
 """
 
 from __future__ import annotations
@@ -320,3 +321,39 @@ def test_a_responses_conversation_keeps_its_state_in_the_gateway(deployed: Deplo
     items = client.responses.input_items.list(second.id).data
     assert any("Name a colour." in str(item.model_dump()) for item in items)
     assert client.responses.retrieve(first.id).output_text == first.output_text
+
+
+def test_the_gateway_learns_vllms_blocks_from_its_kv_events(
+    deployed: Deployment, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """vLLM's own KV events (``--kv-events-config``) steer the pick: a repeat of a prompt is routed to
+    the replica whose events announced all of its whole blocks (vLLM's block size, its chat template)."""
+    vllm = deployed.vllm
+    pair = (deployed.pair[0].origin, deployed.pair[1].origin)
+    policy = compat_policy("vllm", deployed.single.origin, pair, model=SERVED)
+    policy["kv_routing"] = {
+        "pools": {"vllm-pair": {"tokenizer": str(vllm.model_dir), "replicas": {"vllm-a": vllm.kv_source}}}
+    }  # both replicas reach the one server; only vllm-a's events are followed
+    gateway = GatewayServer(write_policy(tmp_path_factory.mktemp("kv") / "policy.yaml", policy)).start()
+    system = " ".join(f"Rule {i}: answer in one short sentence about topic {i}." for i in range(40))
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Name a colour."}]
+    seen: list[str] = []
+
+    def kv_hit() -> bool:
+        with openai.OpenAI(
+            base_url=gateway.url + "/v1", api_key="unused", max_retries=0, timeout=60
+        ) as client:
+            raw = client.chat.completions.with_raw_response.create(
+                model="vllm-pair", messages=cast(list[ChatCompletionMessageParam], messages), max_tokens=1
+            )
+        seen.append(raw.headers.get("x-sortyard-route-reason", ""))
+        return re.search(r"kv:[1-9]\d*/\d+ blocks@vllm-a$", seen[-1]) is not None
+
+    try:  # the first request prefills and vLLM publishes; the tokenizer loads on first use
+        wait_until(kv_hit, what="a KV hit on vllm-a", timeout_s=60)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; route reasons: {seen[-5:]}") from None
+    finally:
+        gateway.stop()
+    found = re.search(r"kv:(\d+)/(\d+) blocks@vllm-a$", seen[-1])
+    assert found and int(found[1]) == int(found[2]) >= 3, seen  # every whole block: same tokens as vLLM

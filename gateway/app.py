@@ -19,6 +19,9 @@ from litestar.plugins.core import MsgspecDIPlugin
 
 from gateway.anthropic.exchange import MessagesExchange
 from gateway.anthropic.routes import messages_routes
+from gateway.audit import SYSTEM, AuditTrail
+from gateway.audit.factory import build_audit_store
+from gateway.audit.policy_diff import PolicyReloadAudit
 from gateway.batches import BatchFeature
 from gateway.cache import ResponseCache
 from gateway.client_limits import ClientLimiter
@@ -121,6 +124,7 @@ def create_app(
     reloader: PolicyReloader | None = None,
     metrics: Metrics | None = None,
     store: Store | None = None,
+    audit: AuditTrail | None = None,
 ) -> ProxyApp:
     """Build the gateway app. Everything not given is built from ``settings``."""
     settings = settings or Settings.from_env()
@@ -138,6 +142,10 @@ def create_app(
     keys = KeyRegistry(build_key_store(reloader.policy, settings), refresh_s=settings.keys_refresh_s)
     kv = KvRouter(on_decision=lambda pool, outcome: metrics.kv_decisions.labels(pool, outcome).inc())
     reloader.subscribe(lambda compiled: kv.update(compiled.policy.kv_routing))  # now, and on each reload
+    audit = audit or AuditTrail(build_audit_store(reloader.policy, settings))
+    reload_audit = PolicyReloadAudit(audit, str(reloader.path))
+    reloader.subscribe(reload_audit)  # each adopted reload with its diff, each refused one
+    reloader.refusal_listeners.append(reload_audit.refused)
     pipeline = build_pipeline(
         store=store,
         caches=caches,
@@ -171,6 +179,9 @@ def create_app(
                 await gateway.settle()
         except (TimeoutError, StoreUnavailable) as exc:
             logger.warning("shutting down before every request settled: %r", exc)
+        if gateway.is_draining:  # told to stop (SIGTERM); there is no drain endpoint
+            await audit.record(SYSTEM, "drain", reload_audit.process)
+        await audit.close()
         await reloader.stop()
         await gateway.health.stop()
         await keys.stop()
@@ -187,7 +198,7 @@ def create_app(
     app = _MsgspecOnlyLitestar(
         # GET /openapi.json, built once here; counted per client like /metrics
         route_handlers=[
-            *api_routes(gateway),
+            *api_routes(gateway, audit),
             *messages_routes(gateway),
             *batches.routes,
             openapi_route(before_request=open_route_limit(gateway)),

@@ -45,6 +45,8 @@ class PolicyReloader:
         self.loaded_at = time.time()
         """Unix time the serving policy was adopted (the first load, or the last reload)."""
         self.listeners: list[Listener] = []
+        self.refusal_listeners: list[Callable[[str], None]] = []
+        """Called with the error of each refused reload (the audit trail records it)."""
         self.num_reloads = 0
         self.num_refused = 0
         self.last_error: str | None = None
@@ -80,6 +82,8 @@ class PolicyReloader:
             self.num_refused += 1
             self.last_error = str(e)
             logger.error("policy reload refused, the last good policy keeps serving: %s", e)
+            for listener in self.refusal_listeners:
+                listener(str(e))
             return False
         self.adopt(compiled)
         logger.info("policy reloaded from %s", self.path)

@@ -22,6 +22,7 @@ from litestar import MediaType, Request, Response, get
 from litestar.exceptions import HTTPException
 from litestar.handlers import HTTPRouteHandler
 
+from gateway.audit import AuditTrail
 from gateway.authentication import authenticate_client
 from gateway.compiled import CompiledPolicy, model_card
 from gateway.console import console_routes
@@ -79,8 +80,8 @@ def open_route_limit(
     return limit
 
 
-def api_routes(gateway: Gateway) -> list[HTTPRouteHandler]:
-    """The Litestar route handlers, bound to ``gateway``."""
+def api_routes(gateway: Gateway, audit: AuditTrail | None = None) -> list[HTTPRouteHandler]:
+    """The Litestar route handlers, bound to ``gateway``; admin calls are recorded on ``audit``."""
 
     async def authenticate(compiled: CompiledPolicy, request: Request[Any, Any, Any]) -> ApiKey | None:
         return await authenticate_client(
@@ -167,10 +168,24 @@ def api_routes(gateway: Gateway) -> list[HTTPRouteHandler]:
             content=gateway.metrics.render(), headers={"content-type": gateway.metrics.content_type}
         )
 
+    async def record(
+        request: Request[Any, Any, Any],
+        key: ApiKey | None,
+        action: str,
+        target: str,
+        details: dict[str, Any],
+        status: int,
+    ) -> None:
+        """One admin call on the audit trail, from the client address the limits count by."""
+        if audit is not None:
+            forwarded = request.headers.get("x-forwarded-for")
+            client = gateway.compiled.clients.client_of(_peer(request), forwarded)
+            await audit.record_admin_call(key, action, target, details, client, status)
+
     admin = key_admin_routes(
-        gateway.key_admin, authenticate, lambda: gateway.compiled, _error_response, decode_as
+        gateway.key_admin, authenticate, lambda: gateway.compiled, _error_response, decode_as, record
     )
-    console = console_routes(gateway, authenticate, _error_response, open_route_limit(gateway))
+    console = console_routes(gateway, authenticate, _error_response, open_route_limit(gateway), record)
 
     async def caller(request: Request[Any, Any, Any]) -> tuple[Policy, ApiKey | None]:
         compiled = gateway.compiled

@@ -46,6 +46,9 @@ class Settings:
     """Where keys made through the admin API are kept when no Redis is configured (this host's
     workers share the file; ``sortyard run`` uses ``.sortyard/keys.json``); None: memory only.
     With Redis (the policy's ``store``) they live there, shared by every replica."""
+    audit_file: str | None = None
+    """The audit trail's JSONL file when no Redis is configured (``gateway.audit``; ``sortyard run``
+    uses ``.local/audit.jsonl``); None: memory only. With Redis it lives there (``sy:{audit}:chain``)."""
     keys_refresh_s: float = 0.5
     """How often each process checks the key store for changes: a key made, changed or revoked on
     one replica is honoured or refused on every other within this plus one store round trip."""
@@ -114,6 +117,7 @@ class Settings:
             ("access_log_file", str),
             ("reload_interval_s", float),
             ("keys_file", str),
+            ("audit_file", str),
             ("keys_refresh_s", float),
             ("max_upstream_connections", int),
             ("header_read_timeout_s", float),

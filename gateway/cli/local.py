@@ -22,6 +22,8 @@ from gateway.settings import Settings
 DEV_ACCESS_LOG = ".local/access.log"
 DEV_KEYS_FILE = ".local/keys.json"
 """Keys made through the admin API during development runs: kept across restarts (git-ignored)."""
+DEV_AUDIT_FILE = ".local/audit.jsonl"
+"""The audit trail of development runs (``gateway.audit``), unless ``SORTYARD_AUDIT_FILE`` says where."""
 """Where ``sortyard run`` writes the access log unless the user asked for it on the terminal."""
 ENGINE_LOG_LEVELS = ("debug", "info", "warning", "error")
 """The log levels ``backends.server`` takes."""
@@ -80,6 +82,8 @@ def dev_settings(settings: Settings) -> Settings:
     (``SORTYARD_ACCESS_LOG`` or the policy's ``telemetry.access_log``)."""
     if settings.keys_file is None:
         settings = dataclasses.replace(settings, keys_file=DEV_KEYS_FILE)
+    if settings.audit_file is None:
+        settings = dataclasses.replace(settings, audit_file=DEV_AUDIT_FILE)
     if settings.access_log_file or os.environ.get("SORTYARD_ACCESS_LOG"):
         return settings
     for path in (settings.policy_path, settings.overlay_path):

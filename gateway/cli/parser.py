@@ -5,6 +5,7 @@ sortyard serve  [--policy FILE] [--host H] [--port P] [--workers N]
 sortyard policy check FILE...
 sortyard keys new --tenant T [--name N] [--admin]
 sortyard keys create|list|show|update|rotate|revoke|audit --url URL --admin-key KEY ...
+sortyard audit verify|export [--file PATH | --redis-url URL] [--since T]
 sortyard route explain "prompt" [--policy FILE]
 sortyard router train data.jsonl -o router.bin
 sortyard cost estimate (--requests-per-month N | --requests-per-day N) --tokens-per-request N ...
@@ -18,6 +19,7 @@ import argparse
 from collections.abc import Callable, Sequence
 
 from gateway.cli import cost
+from gateway.cli.audit import add_audit_commands
 from gateway.cli.key_admin import add_key_admin_commands
 from gateway.cli.keys import keys_new
 from gateway.cli.local import dev_settings, run_local
@@ -131,6 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     keys_new_p.add_argument("--admin", action="store_true", help="may read /v1/usage")
     keys_new_p.set_defaults(handler=lambda args: keys_new(args.tenant, args.name, args.admin))
     add_key_admin_commands(keys)  # the admin API of a running gateway
+    add_audit_commands(sub)  # the audit trail's file or Redis, read directly
 
     route = sub.add_parser("route", help="where model: auto goes").add_subparsers(
         dest="route_command", required=True

@@ -6,8 +6,9 @@
     GET  /v1/admin/policy           the serving policy (no hashes, no credentials) and its reload time
 
 The JSON endpoints are for admin keys only (403 ``admin_key_required``, 401 without a key) and answer
-errors in OpenAI's shape. The page also uses what exists already: ``GET /v1/usage``, the key admin API
-(``gateway.keys.routes``), ``GET /v1/models`` and ``GET /v1/ws``.
+errors in OpenAI's shape; a refused call is handed to ``record`` (the audit trail, ``gateway.audit``);
+none of them changes state, so a served one is not recorded. The page also uses what exists already:
+``GET /v1/usage``, the key admin API (``gateway.keys.routes``), ``GET /v1/models`` and ``GET /v1/ws``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = ["CONSOLE_PATH", "console_routes"]
 
 CONSOLE_PATH = "/console"
 Authenticate = Callable[[CompiledPolicy, Request[Any, Any, Any]], Awaitable[ApiKey | None]]
+RecordCall = Callable[[Request[Any, Any, Any], ApiKey | None, str, str, dict[str, Any], int], Awaitable[Any]]
 _encode = msgspec.json.encode
 
 
@@ -40,6 +42,7 @@ def console_routes(
     authenticate: Authenticate,
     render: Callable[[GatewayError], Response[bytes]],
     page_limit: BeforeRequestHookHandler | None = None,
+    record: RecordCall | None = None,
 ) -> list[HTTPRouteHandler]:
     """The routes, bound to ``gateway``; ``render`` turns an error into the response every route sends;
     ``page_limit`` may answer instead of the page (the per-client limit on open endpoints)."""
@@ -54,6 +57,7 @@ def console_routes(
     ) -> Response[bytes]:
         """Authenticate an admin key, then answer ``act(policy)``; every failure in OpenAI's shape."""
         compiled = gateway.compiled
+        key: ApiKey | None = None
         try:
             key = await authenticate(compiled, request)
             if key is None or not key.admin:
@@ -62,7 +66,10 @@ def console_routes(
                 )
             result = act(compiled)
         except GatewayError as error:
-            return render(error)
+            response = render(error)
+            if record is not None and response.status_code in (401, 403):
+                await record(request, key, "admin.read", request.url.path, {}, response.status_code)
+            return response
         return Response(content=_encode(result), media_type=MediaType.JSON)
 
     @get("/v1/admin/pools")

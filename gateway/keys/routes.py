@@ -9,7 +9,8 @@
     POST   /v1/admin/keys/{name}/revoke     (DELETE /v1/admin/keys/{name} does the same)
     GET    /v1/admin/audit[?limit=100]      who did what to which key, newest first
 
-Every answer and error is JSON in OpenAI's shape; a store that cannot be reached is a 503.
+Every answer and error is JSON in OpenAI's shape; a store that cannot be reached is a 503. Each change
+(made or refused) and each refused call is handed to ``record`` (the audit trail, ``gateway.audit``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class Decode(Protocol):
 
 P = TypeVar("P", bound=HoldsPolicy)
 Authenticate = Callable[[P, Request[Any, Any, Any]], Awaitable[ApiKey | None]]
+RecordCall = Callable[[Request[Any, Any, Any], ApiKey | None, str, str, dict[str, Any], int], Awaitable[Any]]
+"""``(request, key or None, action, target, details, status)``: one admin call for the audit trail."""
 _encode = msgspec.json.encode
 
 
@@ -55,6 +58,7 @@ def key_admin_routes(
     compiled: Callable[[], P],
     render: Callable[[GatewayError], Response[bytes]],
     decode: Decode,
+    record: RecordCall | None = None,
 ) -> list[HTTPRouteHandler]:
     """The routes, bound to ``admin``; ``render`` turns an error into the response every route sends,
     ``decode`` reads a body. The compiled policy, the authentication and the decoding are passed in, not
@@ -62,33 +66,52 @@ def key_admin_routes(
     imports nothing that leads back to it (``gateway.schemas`` imports ``gateway.pipeline``)."""
 
     async def run(
-        request: Request[Any, Any, Any], act: Callable[[P, str], Awaitable[Any]]
+        request: Request[Any, Any, Any],
+        act: Callable[[P, str], Awaitable[Any]],
+        action: str | None = None,
+        target: str = "",
+        details: dict[str, Any] | None = None,
     ) -> Response[bytes]:
-        """Authenticate an admin key, then ``act(policy, actor)``; every failure in OpenAI's shape."""
+        """Authenticate an admin key, then ``act(policy, actor)``; every failure in OpenAI's shape.
+        A change (``action``) is recorded however it ends, a read only when it is refused 401/403."""
         policy = compiled()
+        key: ApiKey | None = None
         try:
             key = await authenticate(policy, request)
             if key is None or not key.admin:
                 raise PermissionDenied("Managing keys needs an admin key.", code="admin_key_required")
             result = await act(policy, key.key_id)
+            response = Response(content=_encode(result), media_type=MediaType.JSON)
+            target = getattr(result, "name", None) or target  # a created key's name, when made up
         except GatewayError as error:
-            return render(error)
+            response = render(error)
         except (TimeoutError, OSError) as exc:  # the key store (Redis) did not answer
-            return render(
+            response = render(
                 ServiceUnavailable(
                     f"Key store unavailable: {type(exc).__name__}.",
                     code="store_unavailable",
                     headers={"Retry-After": "1"},
                 )
             )
-        return Response(content=_encode(result), media_type=MediaType.JSON)
+        status = response.status_code or 200  # None: the route's own (200)
+        if record is not None and (action is not None or status in (401, 403)):
+            path = request.url.path
+            await record(request, key, action or "admin.read", target or path, details or {}, status)
+        return response
 
     # one handler per path, so Litestar's OPTIONS (and a 405's Allow) name every method of the path
     @route("/v1/admin/keys", http_method=["GET", "POST"], status_code=200)
     async def keys(request: Request[Any, Any, Any]) -> Response[bytes]:
         if request.method == "POST":
             body = await request.body() or b"{}"  # no body: every field at its default
-            return await run(request, lambda c, actor: admin.create(c.policy, actor, decode(body, KeySpec)))
+            details: dict[str, Any] = {}
+
+            async def create(c: P, actor: str) -> Any:
+                spec = decode(body, KeySpec)
+                details.update((k, v) for k, v in msgspec.to_builtins(spec).items() if v not in (None, []))
+                return await admin.create(c.policy, actor, spec)
+
+            return await run(request, create, "key.create", details=details)
         tenant = request.query_params.get("tenant")
 
         async def views(c: P, actor: str) -> dict[str, Any]:
@@ -101,25 +124,33 @@ def key_admin_routes(
         if request.method == "GET":
             return await run(request, lambda c, actor: admin.show(c.policy, name))
         if request.method == "DELETE":
-            return await run(request, lambda c, actor: admin.revoke(c.policy, actor, name))
+            return await run(
+                request, lambda c, actor: admin.revoke(c.policy, actor, name), "key.revoke", name
+            )
         body = await request.body() or b"{}"  # no body: every field at its default
-        return await run(
-            request,
-            lambda c, actor: admin.update(c.policy, actor, name, decode(body, KeyChanges)),
-        )
+        details: dict[str, Any] = {}
+
+        async def update(c: P, actor: str) -> Any:
+            changes = decode(body, KeyChanges)
+            details.update(msgspec.to_builtins(changes.given()))
+            return await admin.update(c.policy, actor, name, changes)
+
+        return await run(request, update, "key.update", name, details)
 
     @post("/v1/admin/keys/{name:str}/revoke", status_code=200)
     async def revoke_key(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
-        return await run(request, lambda c, actor: admin.revoke(c.policy, actor, name))
+        return await run(request, lambda c, actor: admin.revoke(c.policy, actor, name), "key.revoke", name)
 
     @post("/v1/admin/keys/{name:str}/rotate", status_code=200)
     async def rotate_key(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
         body = await request.body() or b"{}"  # no body: every field at its default
+        details: dict[str, Any] = {}
 
         async def act(c: P, actor: str) -> Any:
-            return await admin.rotate(c.policy, actor, name, decode(body, RotateSpec).grace_s)
+            details["grace_s"] = grace_s = decode(body, RotateSpec).grace_s
+            return await admin.rotate(c.policy, actor, name, grace_s)
 
-        return await run(request, act)
+        return await run(request, act, "key.rotate", name, details)
 
     @get("/v1/admin/audit")
     async def audit(request: Request[Any, Any, Any]) -> Response[bytes]:

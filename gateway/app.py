@@ -41,6 +41,7 @@ from gateway.replicas.slot_queue import SlotQueues
 from gateway.routes import api_routes, http_exception, open_route_limit, unexpected
 from gateway.semantic_cache import QueryEmbedder, SemanticCacheStage
 from gateway.settings import Settings
+from gateway.sso import SingleSignOn
 from gateway.stages.cache import ResponseCacheStage
 from gateway.stages.conversation import ContinueConversation
 from gateway.stages.embeddings import EmbeddingCacheStage
@@ -186,6 +187,7 @@ def create_app(
         await gateway.health.stop()
         await keys.stop()
         await kv.stop()
+        await sso.close()
         await keys.store.close()
         await client.close()
         await store.close()
@@ -195,10 +197,11 @@ def create_app(
         Observer()
     )  # the proxied requests', the WebSocket's and the batches': one tracer, one access log
     batches = BatchFeature(gateway, observer=observer)
+    sso = SingleSignOn()  # bearer JWTs and console sessions, when the policy has an sso section
     app = _MsgspecOnlyLitestar(
         # GET /openapi.json, built once here; counted per client like /metrics
         route_handlers=[
-            *api_routes(gateway, audit),
+            *api_routes(gateway, audit, sso),
             *messages_routes(gateway),
             *batches.routes,
             openapi_route(before_request=open_route_limit(gateway)),

@@ -26,6 +26,7 @@ from gateway.keys.openapi import KEY_PATHS, KEY_STRUCTS
 from gateway.responses.openapi import RESPONSE_PATHS, RESPONSE_STRUCTS
 from gateway.responses_api import RESPONSES_EVENT, ResponseObject
 from gateway.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, ResponsesRequest
+from gateway.sso.openapi import SSO_PATHS
 from gateway.version import installed_version
 
 OPENAPI_PATH = "/openapi.json"
@@ -265,7 +266,7 @@ _ROUTES: dict[str, dict[str, Any]] = {
                 "200": _ok(UsageReport, "The usage report."),
                 "400": _error("A malformed month (invalid_request)."),
                 "401": _UNAUTHORIZED,
-                "403": _error("Not an admin key (admin_key_required)."),
+                "403": _error("No role allowed here (admin_key_required, insufficient_role)."),
                 "429": _AUTH_FAILURES,
                 "503": _error("The usage store is down (store_unavailable)."),
             },
@@ -303,6 +304,7 @@ _ROUTES: dict[str, dict[str, Any]] = {
     },
     **KEY_PATHS,
     **CONSOLE_PATHS,
+    **SSO_PATHS,
     **MESSAGES_PATHS,
     **BATCH_PATHS,
     OPENAPI_PATH: {

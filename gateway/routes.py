@@ -27,13 +27,13 @@ from gateway.authentication import authenticate_client
 from gateway.compiled import CompiledPolicy, model_card
 from gateway.console import console_routes
 from gateway.errors import (
+    AuthenticationFailed,
     BodyTooLarge,
     GatewayError,
     InvalidRequest,
     MethodNotAllowed,
     ModelNotFound,
     NotFound,
-    PermissionDenied,
     ServiceUnavailable,
     render,
 )
@@ -41,7 +41,9 @@ from gateway.instance import Gateway
 from gateway.keys.routes import key_admin_routes
 from gateway.policy import ApiKey, Policy
 from gateway.responses.routes import response_routes
+from gateway.roles import Principal, authorize, scoped_tenant
 from gateway.schemas import decode_as
+from gateway.sso import SingleSignOn, sso_routes
 from gateway.stages.limits import month_of
 from gateway.stores import StoreUnavailable
 
@@ -80,13 +82,26 @@ def open_route_limit(
     return limit
 
 
-def api_routes(gateway: Gateway, audit: AuditTrail | None = None) -> list[HTTPRouteHandler]:
-    """The Litestar route handlers, bound to ``gateway``; admin calls are recorded on ``audit``."""
+def api_routes(
+    gateway: Gateway, audit: AuditTrail | None = None, sso: SingleSignOn | None = None
+) -> list[HTTPRouteHandler]:
+    """The Litestar route handlers, bound to ``gateway``; admin calls are recorded on ``audit``;
+    ``sso`` signs admins in by bearer JWT or console session when the policy has an ``sso`` section."""
+    sso = sso or SingleSignOn()
 
     async def authenticate(compiled: CompiledPolicy, request: Request[Any, Any, Any]) -> ApiKey | None:
         return await authenticate_client(
             compiled, request.headers, _peer(request), gateway.clients, gateway.keys
         )
+
+    async def authenticate_admin(compiled: CompiledPolicy, request: Request[Any, Any, Any]) -> ApiKey | None:
+        """A single sign-on caller (``gateway.sso``) when the policy has ``sso``, else an API key."""
+        try:
+            key = await sso.admin_key(compiled.policy.sso, request.method, request.headers, request.cookies)
+        except AuthenticationFailed:
+            await gateway.clients.count_failure(compiled, _peer(request), request.headers)
+            raise
+        return key if key is not None else await authenticate(compiled, request)
 
     @get("/v1/models")
     async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
@@ -112,15 +127,16 @@ def api_routes(gateway: Gateway, audit: AuditTrail | None = None) -> list[HTTPRo
 
     @get("/v1/usage")
     async def usage(request: Request[Any, Any, Any]) -> Response[bytes]:
-        """Spend and tokens per tenant, key and pool for a month (``?month=2026-11``); admin keys only."""
+        """Spend and tokens per tenant, key and pool for a month (``?month=2026-11``), for the roles
+        ``gateway.roles`` lets read usage (a ``tenant-admin``: its own tenant's only)."""
         try:
-            key = await authenticate(gateway.compiled, request)
-            if key is None or not key.admin:
-                raise PermissionDenied("Reading usage needs an admin key.", code="admin_key_required")
+            key = await authenticate_admin(gateway.compiled, request)
+            principal = Principal.of_key(key) if key is not None else None
+            tenant = scoped_tenant(principal, request.query_params.get("tenant"))
+            authorize(principal, "usage.read", tenant)
             month = request.query_params.get("month") or month_of(time.time())
             if not _MONTH.match(month):
                 raise InvalidRequest("month: expected YYYY-MM.", param="month")
-            tenant = request.query_params.get("tenant")
             report = await gateway.store.usage(month, tenant)
         except StoreUnavailable:
             return _error_response(
@@ -183,16 +199,20 @@ def api_routes(gateway: Gateway, audit: AuditTrail | None = None) -> list[HTTPRo
             await audit.record_admin_call(key, action, target, details, client, status)
 
     admin = key_admin_routes(
-        gateway.key_admin, authenticate, lambda: gateway.compiled, _error_response, decode_as, record
+        gateway.key_admin, authenticate_admin, lambda: gateway.compiled, _error_response, decode_as, record
     )
-    console = console_routes(gateway, authenticate, _error_response, open_route_limit(gateway), record)
+    console = console_routes(gateway, authenticate_admin, _error_response, open_route_limit(gateway), record)
 
     async def caller(request: Request[Any, Any, Any]) -> tuple[Policy, ApiKey | None]:
         compiled = gateway.compiled
         return compiled.policy, await authenticate(compiled, request)
 
     stored = response_routes(lambda: gateway.caches.stored_responses, caller, _error_response)
-    return [list_models, usage, retrieve_model, healthz, readyz, metrics_endpoint, *admin, *console, *stored]
+    signin = sso_routes(sso, lambda: gateway.compiled.policy.sso, _error_response, open_route_limit(gateway))
+    return [
+        *(list_models, usage, retrieve_model, healthz, readyz, metrics_endpoint),
+        *(*admin, *console, *signin, *stored),
+    ]
 
 
 def http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:

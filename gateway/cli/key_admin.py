@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from gateway.roles import ROLES
+
 __all__ = ["add_key_admin_commands"]
 
 
@@ -70,12 +72,21 @@ def _call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any]
     return 0
 
 
+def _changes(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = dict(_scope(args))
+    if args.role:
+        body["role"] = None if args.role == "none" else args.role
+    return body
+
+
 def _create(args: argparse.Namespace) -> int:
     body = {"tenant": args.tenant, **_scope(args)}
     if args.name:
         body["name"] = args.name
     if args.admin:
         body["admin"] = True
+    if args.role:
+        body["role"] = args.role
     return _call(args, "POST", "/v1/admin/keys", body)
 
 
@@ -96,7 +107,8 @@ def add_key_admin_commands(keys: Any) -> None:
     create = keys.add_parser("create", parents=[common, scope], help="make a key on a running gateway")
     create.add_argument("--tenant", required=True)
     create.add_argument("--name")
-    create.add_argument("--admin", action="store_true", help="may manage keys and read usage")
+    create.add_argument("--admin", action="store_true", help="the same as --role admin")
+    create.add_argument("--role", choices=ROLES, help="what it may do on the admin API (docs/security.md)")
     create.set_defaults(handler=_create)
 
     listing = keys.add_parser("list", parents=[common], help="every key (the policy file's too)")
@@ -115,7 +127,8 @@ def add_key_admin_commands(keys: Any) -> None:
 
     update = keys.add_parser("update", parents=[common, scope], help="change a key's limits or scope")
     update.add_argument("name")
-    update.set_defaults(handler=lambda a: _call(a, "PATCH", f"/v1/admin/keys/{a.name}", _scope(a)))
+    update.add_argument("--role", choices=(*ROLES, "none"), help="its new role (none: a plain key)")
+    update.set_defaults(handler=lambda a: _call(a, "PATCH", f"/v1/admin/keys/{a.name}", _changes(a)))
 
     rotate = keys.add_parser("rotate", parents=[common], help="a new secret; the old one for --grace-s")
     rotate.add_argument("name")

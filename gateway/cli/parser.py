@@ -26,6 +26,7 @@ from gateway.cli.local import dev_settings, run_local
 from gateway.cli.logs import configure_logging
 from gateway.cli.policy import policy_check
 from gateway.cli.serve import serve
+from gateway.roles import ROLES
 from gateway.settings import Settings
 from gateway.version import installed_version
 
@@ -130,8 +131,9 @@ def _parser() -> argparse.ArgumentParser:
     keys_new_p = keys.add_parser("new", help="print a fresh key once, plus the policy stanza with its hash")
     keys_new_p.add_argument("--tenant", required=True)
     keys_new_p.add_argument("--name")
-    keys_new_p.add_argument("--admin", action="store_true", help="may read /v1/usage")
-    keys_new_p.set_defaults(handler=lambda args: keys_new(args.tenant, args.name, args.admin))
+    keys_new_p.add_argument("--admin", action="store_true", help="the same as --role admin")
+    keys_new_p.add_argument("--role", choices=ROLES, help="its admin role (docs/security.md)")
+    keys_new_p.set_defaults(handler=lambda args: keys_new(args.tenant, args.name, args.admin, args.role))
     add_key_admin_commands(keys)  # the admin API of a running gateway
     add_audit_commands(sub)  # the audit trail's file or Redis, read directly
 

@@ -36,7 +36,7 @@ def _admin(summary: str, response: type, **errors: dict[str, Any]) -> dict[str, 
         "responses": {
             "200": {"description": "Done.", "content": {_JSON: {"schema": _ref(response)}}},
             "401": _error("No API key, or an unknown one (invalid_api_key)."),
-            "403": _error("Not an admin key (admin_key_required)."),
+            "403": _error("No role allowed here (admin_key_required, insufficient_role)."),
             "429": _error("Too many failed authentications from this address (too_many_auth_failures)."),
             **errors,
         },

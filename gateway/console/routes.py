@@ -5,10 +5,11 @@
     POST /v1/admin/route/explain    {"prompt", "system"?, "tools"?, "json_mode"?} -> the auto pool and why
     GET  /v1/admin/policy           the serving policy (no hashes, no credentials) and its reload time
 
-The JSON endpoints are for admin keys only (403 ``admin_key_required``, 401 without a key) and answer
-errors in OpenAI's shape; a refused call is handed to ``record`` (the audit trail, ``gateway.audit``);
-none of them changes state, so a served one is not recorded. The page also uses what exists already:
-``GET /v1/usage``, the key admin API (``gateway.keys.routes``), ``GET /v1/models`` and ``GET /v1/ws``.
+The JSON endpoints are for the roles ``gateway.roles`` names (403 ``insufficient_role``, 401 without
+a key) and answer errors in OpenAI's shape; a refused call is handed to ``record`` (the audit trail,
+``gateway.audit``); none of them changes state, so a served one is not recorded. The page also uses
+what exists already: ``GET /v1/usage``, the key admin API (``gateway.keys.routes``), ``GET /v1/models``
+and ``GET /v1/ws``.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from litestar.types import BeforeRequestHookHandler
 from gateway.compiled import CompiledPolicy
 from gateway.console.page import build_page
 from gateway.console.views import ExplainRequest, explain, policy_view, pools_view
-from gateway.errors import GatewayError, PermissionDenied
+from gateway.errors import GatewayError
 from gateway.instance import Gateway
 from gateway.policy import ApiKey
+from gateway.roles import Principal, authorize
 from gateway.schemas import decode_as
 
 __all__ = ["CONSOLE_PATH", "console_routes"]
@@ -53,17 +55,15 @@ def console_routes(
         return Response(content=page.body, media_type=MediaType.HTML, headers=page.headers)
 
     async def as_admin(
-        request: Request[Any, Any, Any], act: Callable[[CompiledPolicy], Any]
+        request: Request[Any, Any, Any], action: str, act: Callable[[CompiledPolicy], Any]
     ) -> Response[bytes]:
-        """Authenticate an admin key, then answer ``act(policy)``; every failure in OpenAI's shape."""
+        """Authenticate a key whose role may do ``action``, then answer ``act(policy)``; every failure
+        in OpenAI's shape."""
         compiled = gateway.compiled
         key: ApiKey | None = None
         try:
             key = await authenticate(compiled, request)
-            if key is None or not key.admin:
-                raise PermissionDenied(
-                    "The console's endpoints need an admin key.", code="admin_key_required"
-                )
+            authorize(Principal.of_key(key) if key is not None else None, action)
             result = act(compiled)
         except GatewayError as error:
             response = render(error)
@@ -74,15 +74,17 @@ def console_routes(
 
     @get("/v1/admin/pools")
     async def pools(request: Request[Any, Any, Any]) -> Response[bytes]:
-        return await as_admin(request, lambda compiled: pools_view(gateway.balancer, compiled))
+        return await as_admin(request, "pools.read", lambda compiled: pools_view(gateway.balancer, compiled))
 
     @post("/v1/admin/route/explain", status_code=200)
     async def route_explain(request: Request[Any, Any, Any]) -> Response[bytes]:
         body = await request.body()
-        return await as_admin(request, lambda compiled: explain(compiled, decode_as(body, ExplainRequest)))
+        return await as_admin(
+            request, "route.explain", lambda compiled: explain(compiled, decode_as(body, ExplainRequest))
+        )
 
     @get("/v1/admin/policy")
     async def policy(request: Request[Any, Any, Any]) -> Response[bytes]:
-        return await as_admin(request, lambda compiled: policy_view(gateway.reloader))
+        return await as_admin(request, "policy.read", lambda compiled: policy_view(gateway.reloader))
 
     return [console, pools, route_explain, policy]

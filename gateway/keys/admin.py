@@ -62,6 +62,7 @@ class KeyAdmin:
             limits=spec.limits,
             budget=spec.budget,
             admin=spec.admin,
+            role=spec.role,
             expires_at=spec.expires_at,
             guardrails=spec.guardrails,
         )
@@ -76,9 +77,15 @@ class KeyAdmin:
         given = changes.given()
         _check_scope(policy, given.get("pools", ()), given.get("models", ()))  # type: ignore[arg-type]
         _check_guardrails(policy, given.get("guardrails", ()))  # type: ignore[arg-type]
+        try:
+            admin, role = changes.role_of(record)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), param="role") from None
+        changed = msgspec.to_builtins(given)
+        if {"admin", "role"} & given.keys():
+            given = {**given, "admin": admin, "role": role}
         new = msgspec.structs.replace(record, revision=record.revision + 1, **given)
         now = self.registry.clock()
-        changed = msgspec.to_builtins(given)
         await self._put(new, record.revision, AuditEntry(now, actor, "update", name, record.tenant, changed))
         return KeyView.of_record(new, now)
 

@@ -48,12 +48,12 @@ def _admin(
 ) -> dict[str, Any]:
     """One key admin operation (admin keys only)."""
     operation: dict[str, Any] = {
-        "summary": summary + " (admin keys only)",
+        "summary": summary + " (by role, docs/security.md#roles)",
         "responses": {
             "200": {"description": "Done.", "content": {_JSON: {"schema": _ref(response)}}},
             "400": _error("An invalid body or parameter (invalid_request, unknown_pool, unknown_model)."),
             "401": _error("No API key, or an unknown one (invalid_api_key)."),
-            "403": _error("Not an admin key (admin_key_required)."),
+            "403": _error("The key's role may not (insufficient_role; no role at all: admin_key_required)."),
             "404": _error("No such key (key_not_found)."),
             "409": _error("The name is taken, the key changed meanwhile, or the policy file owns it."),
             "429": _error("Too many failed authentications from this address (too_many_auth_failures)."),

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gateway.policy import ApiKey, Budget, RateLimits
-from gateway.policy.schema import Name, Sha256Hex
+from gateway.policy.schema import Name, Role, Sha256Hex
 
 __all__ = ["AuditEntry", "KeyChanges", "KeyRecord", "KeySpec", "KeyView", "RotateSpec", "Secret"]
 
@@ -46,6 +46,8 @@ class KeyRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     admin: bool = False
     expires_at: float | None = None
     """Unix time after which the key no longer works; None: never."""
+    role: Role | None = None
+    """Its admin role (``gateway.roles``); ``admin: true`` means ``admin`` too."""
     revoked_at: float | None = None
     guardrails: tuple[str, ...] = ()
     """Guardrail sets (the policy's, by name) its requests go through, after its pool's."""
@@ -56,6 +58,10 @@ class KeyRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if self.expires_at is not None and now >= self.expires_at:
             return "expired"
         return "active"
+
+    @property
+    def effective_role(self) -> Role | None:
+        return self.role or ("admin" if self.admin else None)
 
     def opens(self, secret: Secret, now: float) -> bool:
         """Whether ``secret`` (one of this record's) lets a request in at ``now``."""
@@ -73,6 +79,7 @@ class KeyRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             limits=self.limits,
             budget=self.budget,
             admin=self.admin,
+            role=self.role,
             guardrails=self.guardrails,
         )
 
@@ -92,6 +99,16 @@ class KeySpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     expires_at: Timestamp | None = None
     guardrails: tuple[str, ...] = ()
     """Guardrail sets (the policy's ``guardrails:``, by name) its requests go through."""
+    role: Role | None = None
+    """Its admin role; ``admin: true`` is the same as ``role: admin``, and refused with another."""
+
+    def __post_init__(self) -> None:
+        if self.admin and self.role not in (None, "admin"):
+            raise ValueError(f"admin: true contradicts role: {self.role}; give only the role")
+
+    @property
+    def effective_role(self) -> Role | None:
+        return self.role or ("admin" if self.admin else None)
 
 
 class KeyChanges(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -104,9 +121,28 @@ class KeyChanges(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     admin: bool | msgspec.UnsetType = msgspec.UNSET
     expires_at: Timestamp | msgspec.UnsetType | None = msgspec.UNSET
     guardrails: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
+    role: Role | msgspec.UnsetType | None = msgspec.UNSET
 
     def given(self) -> dict[str, object]:
         return {f: v for f in self.__struct_fields__ if (v := getattr(self, f)) is not msgspec.UNSET}
+
+    def role_of(self, record: KeyRecord) -> tuple[bool, Role | None]:
+        """``(admin, role)`` after this change: a role given alone replaces the admin flag, an admin
+        flag given alone replaces an ``admin`` role; both given must agree (ValueError)."""
+        if self.role is not msgspec.UNSET:
+            admin = self.admin if isinstance(self.admin, bool) else False
+            if admin and self.role not in (None, "admin"):
+                raise ValueError(f"admin: true contradicts role: {self.role}; give only the role")
+            return admin, self.role
+        if isinstance(self.admin, bool):
+            return self.admin, None if self.admin or record.role == "admin" else record.role
+        return record.admin, record.role
+
+    @property
+    def effective_role(self) -> Role | None:
+        """The role this change asks for (None: none, or not changed)."""
+        role = None if self.role is msgspec.UNSET else self.role
+        return role or ("admin" if self.admin is True else None)
 
 
 class RotateSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -131,6 +167,7 @@ class KeyView(msgspec.Struct, frozen=True):
     limits: RateLimits | None = None
     budget: Budget | None = None
     admin: bool = False
+    role: Role | None = None
     created_at: float | None = None
     created_by: str | None = None
     expires_at: float | None = None
@@ -155,6 +192,7 @@ class KeyView(msgspec.Struct, frozen=True):
             limits=record.limits,
             budget=record.budget,
             admin=record.admin,
+            role=record.effective_role,
             created_at=record.created_at,
             created_by=record.created_by,
             expires_at=record.expires_at,
@@ -177,6 +215,7 @@ class KeyView(msgspec.Struct, frozen=True):
             limits=key.limits,
             budget=key.budget,
             admin=key.admin,
+            role=key.effective_role,
             guardrails=key.guardrails,
         )
 

@@ -1,10 +1,10 @@
-"""The key admin API (admin keys only), as Litestar routes.
+"""The key admin API (roles ``admin`` and, on its own tenant, ``tenant-admin``: ``gateway.roles``).
 
     POST   /v1/admin/keys                   create: {"tenant", "name"?, "pools"?, "models"?, "limits"?,
-                                            "budget"?, "admin"?, "expires_at"?} -> the key, secret once
+                                            "budget"?, "role"?, "expires_at"?} -> the key, secret once
     GET    /v1/admin/keys[?tenant=]         list (policy-file keys too, marked "source": "policy")
     GET    /v1/admin/keys/{name}            show
-    PATCH  /v1/admin/keys/{name}            change limits, budget, pools, models, admin, expires_at
+    PATCH  /v1/admin/keys/{name}            change limits, budget, pools, models, role, expires_at
     POST   /v1/admin/keys/{name}/rotate     {"grace_s"?: 3600} -> a new secret, once
     POST   /v1/admin/keys/{name}/revoke     (DELETE /v1/admin/keys/{name} does the same)
     GET    /v1/admin/audit[?limit=100]      who did what to which key, newest first
@@ -22,10 +22,11 @@ import msgspec
 from litestar import MediaType, Request, Response, get, post, route
 from litestar.handlers import HTTPRouteHandler
 
-from gateway.errors import GatewayError, InvalidRequest, PermissionDenied, ServiceUnavailable
+from gateway.errors import GatewayError, InvalidRequest, ServiceUnavailable
 from gateway.keys.admin import KeyAdmin
 from gateway.keys.records import KeyChanges, KeySpec, RotateSpec
 from gateway.policy import ApiKey, Policy
+from gateway.roles import Principal, authorize, may_grant, scoped_tenant
 
 __all__ = ["key_admin_routes"]
 
@@ -67,20 +68,23 @@ def key_admin_routes(
 
     async def run(
         request: Request[Any, Any, Any],
-        act: Callable[[P, str], Awaitable[Any]],
+        act: Callable[[P, Principal], Awaitable[Any]],
+        need: str,
         action: str | None = None,
         target: str = "",
         details: dict[str, Any] | None = None,
     ) -> Response[bytes]:
-        """Authenticate an admin key, then ``act(policy, actor)``; every failure in OpenAI's shape.
-        A change (``action``) is recorded however it ends, a read only when it is refused 401/403."""
+        """Authenticate a key whose role may do ``need`` (on some tenant: ``act`` checks which), then
+        ``act(policy, principal)``; every failure in OpenAI's shape. A change (``action``) is
+        recorded however it ends, a read only when it is refused 401/403."""
         policy = compiled()
         key: ApiKey | None = None
         try:
             key = await authenticate(policy, request)
-            if key is None or not key.admin:
-                raise PermissionDenied("Managing keys needs an admin key.", code="admin_key_required")
-            result = await act(policy, key.key_id)
+            principal = Principal.of_key(key) if key is not None else None
+            authorize(principal, need, scoped_tenant(principal, None))
+            assert principal is not None  # authorize refuses None
+            result = await act(policy, principal)
             response = Response(content=_encode(result), media_type=MediaType.JSON)
             target = getattr(result, "name", None) or target  # a created key's name, when made up
         except GatewayError as error:
@@ -106,61 +110,85 @@ def key_admin_routes(
             body = await request.body() or b"{}"  # no body: every field at its default
             details: dict[str, Any] = {}
 
-            async def create(c: P, actor: str) -> Any:
+            async def create(c: P, who: Principal) -> Any:
                 spec = decode(body, KeySpec)
                 details.update((k, v) for k, v in msgspec.to_builtins(spec).items() if v not in (None, []))
-                return await admin.create(c.policy, actor, spec)
+                authorize(who, "keys.write", spec.tenant)
+                may_grant(who, spec.effective_role)
+                return await admin.create(c.policy, who.name, spec)
 
-            return await run(request, create, "key.create", details=details)
-        tenant = request.query_params.get("tenant")
+            return await run(request, create, "keys.write", "key.create", details=details)
+        asked = request.query_params.get("tenant")
 
-        async def views(c: P, actor: str) -> dict[str, Any]:
+        async def views(c: P, who: Principal) -> dict[str, Any]:
+            tenant = scoped_tenant(who, asked)
+            authorize(who, "keys.read", tenant)
             return {"object": "list", "data": await admin.views(c.policy, tenant)}
 
-        return await run(request, views)
+        return await run(request, views, "keys.read")
+
+    async def owned(c: P, who: Principal, name: str, need: str) -> None:
+        """Refuse (403) a key of another tenant, or (for a change) one whose role ``who`` may not give."""
+        view = await admin.show(c.policy, name)
+        authorize(who, need, view.tenant)
+        if need == "keys.write":
+            may_grant(who, view.role)
 
     @route("/v1/admin/keys/{name:str}", http_method=["GET", "PATCH", "DELETE"], status_code=200)
     async def key(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
         if request.method == "GET":
-            return await run(request, lambda c, actor: admin.show(c.policy, name))
+
+            async def show(c: P, who: Principal) -> Any:
+                await owned(c, who, name, "keys.read")
+                return await admin.show(c.policy, name)
+
+            return await run(request, show, "keys.read")
         if request.method == "DELETE":
-            return await run(
-                request, lambda c, actor: admin.revoke(c.policy, actor, name), "key.revoke", name
-            )
+            return await run(request, revoker(name), "keys.write", "key.revoke", name)
         body = await request.body() or b"{}"  # no body: every field at its default
         details: dict[str, Any] = {}
 
-        async def update(c: P, actor: str) -> Any:
+        async def update(c: P, who: Principal) -> Any:
             changes = decode(body, KeyChanges)
             details.update(msgspec.to_builtins(changes.given()))
-            return await admin.update(c.policy, actor, name, changes)
+            await owned(c, who, name, "keys.write")
+            may_grant(who, changes.effective_role)
+            return await admin.update(c.policy, who.name, name, changes)
 
-        return await run(request, update, "key.update", name, details)
+        return await run(request, update, "keys.write", "key.update", name, details)
+
+    def revoker(name: str) -> Callable[[P, Principal], Awaitable[Any]]:
+        async def revoke(c: P, who: Principal) -> Any:
+            await owned(c, who, name, "keys.write")
+            return await admin.revoke(c.policy, who.name, name)
+
+        return revoke
 
     @post("/v1/admin/keys/{name:str}/revoke", status_code=200)
     async def revoke_key(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
-        return await run(request, lambda c, actor: admin.revoke(c.policy, actor, name), "key.revoke", name)
+        return await run(request, revoker(name), "keys.write", "key.revoke", name)
 
     @post("/v1/admin/keys/{name:str}/rotate", status_code=200)
     async def rotate_key(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
         body = await request.body() or b"{}"  # no body: every field at its default
         details: dict[str, Any] = {}
 
-        async def act(c: P, actor: str) -> Any:
+        async def act(c: P, who: Principal) -> Any:
             details["grace_s"] = grace_s = decode(body, RotateSpec).grace_s
-            return await admin.rotate(c.policy, actor, name, grace_s)
+            await owned(c, who, name, "keys.write")
+            return await admin.rotate(c.policy, who.name, name, grace_s)
 
-        return await run(request, act, "key.rotate", name, details)
+        return await run(request, act, "keys.write", "key.rotate", name, details)
 
     @get("/v1/admin/audit")
     async def audit(request: Request[Any, Any, Any]) -> Response[bytes]:
         raw = request.query_params.get("limit", "100")
 
-        async def act(c: P, actor: str) -> dict[str, Any]:
+        async def act(c: P, who: Principal) -> dict[str, Any]:
             if not raw.isdigit() or not 1 <= int(raw) <= 10_000:
                 raise InvalidRequest("limit: expected an integer from 1 to 10000.", param="limit")
             return {"object": "list", "data": await admin.audit(int(raw))}
 
-        return await run(request, act)
+        return await run(request, act, "audit.read")
 
     return [keys, key, revoke_key, rotate_key, audit]

@@ -17,6 +17,7 @@ from gateway.compression import CompressionConfig
 from gateway.guardrails.config import GuardrailSet
 from gateway.policy.batches import BatchesConfig
 from gateway.policy.kv_events import KvRoutingConfig
+from gateway.policy.sso import SsoConfig
 from gateway.policy.telemetry import TelemetryConfig
 from gateway.replicas.config import RoutingConfig
 from gateway.replicas.pools import Pool, Timeouts
@@ -51,6 +52,10 @@ class Budget(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     monthly_usd: Annotated[float, msgspec.Meta(ge=0)]
 
 
+Role = Literal["admin", "operator", "viewer", "tenant-admin"]
+"""Admin roles, most powerful first; what each may do is ``gateway.roles.ACTIONS``."""
+
+
 class ApiKey(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A client API key, by the SHA-256 of its text (never the key itself)."""
 
@@ -67,7 +72,9 @@ class ApiKey(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     limits: RateLimits | None = None
     budget: Budget | None = None
     admin: bool = False
-    """May read ``GET /v1/usage``."""
+    """The same as ``role: admin`` (kept for older policies); with another role it is refused."""
+    role: Role | None = None
+    """What the key may do on the admin API and the console (``gateway.roles``); None: nothing."""
     priority: int | None = None
     """Scheduling priority sent upstream as ``priority`` (vLLM and the reference engine run lower
     values first); overrides the tenant's. None: the tenant's, else none is sent."""
@@ -78,9 +85,18 @@ class ApiKey(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     guardrails: tuple[str, ...] = ()
     """Guardrail sets (by name) its requests go through, after its pool's."""
 
+    def __post_init__(self) -> None:
+        if self.admin and self.role not in (None, "admin"):
+            raise ValueError(f"admin: true contradicts role: {self.role}; give only the role")
+
     @property
     def key_id(self) -> str:
         return self.name or self.sha256[:12]
+
+    @property
+    def effective_role(self) -> Role | None:
+        """The role this key acts with: its ``role``, else ``admin`` for ``admin: true``."""
+        return self.role or ("admin" if self.admin else None)
 
 
 class Tenant(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -214,6 +230,8 @@ class Policy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Replica choice, circuit breakers, health probes and pool fallbacks."""
     kv_routing: KvRoutingConfig = KvRoutingConfig()
     """KV-cache-aware replica picks from the engines' KV events, per pool (``gateway.kv_routing``)."""
+    sso: SsoConfig | None = None
+    """Single sign-on (``gateway.sso``): JWT bearer tokens on the admin API, OIDC login for the console."""
     guardrails: dict[Name, GuardrailSet] = msgspec.field(default_factory=dict)
     """Named sets of prompt and answer checks (``gateway.guardrails``), applied by pools and keys."""
     classifier: ClassifierConfig | None = None

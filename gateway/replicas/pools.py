@@ -54,6 +54,9 @@ GATEWAY_PATHS = frozenset(
         "/metrics",
         "/openapi.json",
         "/console",
+        "/console/login",
+        "/console/callback",
+        "/console/logout",
     }
 )
 """Paths the gateway serves itself; no pass-through route may take one (nor one under ``/v1/admin/``,

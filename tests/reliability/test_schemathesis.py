@@ -63,13 +63,23 @@ schema = schemathesis.openapi.from_dict(
             "checks": {"enabled": True},
             "cache": {"enabled": False},  # nothing written into the work tree
             # a batch file's content (JSON lines of requests) is more than its schema (a binary file)
-            # can say, and a batch names a file that must exist: valid-looking ones are refused there
+            # can say, and a batch names a file that must exist: valid-looking ones are refused there;
             "operations": [
                 {
                     "include-path-regex": "^/v1/(files|batches)$",
                     "include-method": "POST",
                     "checks": {"positive_data_acceptance": {"enabled": False}},
-                }
+                },
+                # a key names guardrail sets the policy must define (this one defines none): any name
+                # the schema allows is refused with 400 unknown_guardrail, by design
+                *(
+                    {
+                        "include-path-regex": "^/v1/admin/keys",
+                        "include-method": method,
+                        "checks": {"positive_data_acceptance": {"enabled": False}},
+                    }
+                    for method in ("POST", "PATCH")
+                ),
             ],
         }
     ),

@@ -43,10 +43,13 @@ const SY = (() => {
   }
 
   const key = () => sessionStorage.getItem(KEY_NAME);
+  // single sign-on: the session cookie is HttpOnly; its CSRF token (readable) goes back in a header
+  const csrf = () => (document.cookie.match(/(?:^|; )[^=]*_csrf=([^;]*)/) || [])[1];
 
   // One call to the gateway; an answer that is not 2xx throws its OpenAI-shaped error's message.
   async function api(method, path, body) {
-    const headers = { Authorization: "Bearer " + key() };
+    const headers = key() ? { Authorization: "Bearer " + key() } : {};
+    if (csrf()) headers["x-csrf-token"] = csrf();
     const init = { method, headers, cache: "no-store" };
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
@@ -134,6 +137,7 @@ const SY = (() => {
     if (tabs[current] && tabs[current].hide) tabs[current].hide();
     for (const handlers of Object.values(tabs)) if (handlers.reset) handlers.reset();
     sessionStorage.removeItem(KEY_NAME);
+    if (csrf()) fetch("/console/logout", { method: "POST", headers: { "x-csrf-token": csrf() } });
     $("signin").hidden = false;
     $("session").hidden = true;
     $("tabs").hidden = true;
@@ -166,6 +170,7 @@ const SY = (() => {
       button.addEventListener("click", () => select(button.dataset.tab));
     }
     if (key()) signIn(key());
+    else if (csrf()) api("GET", "/v1/admin/policy").then(enter, () => {});
   }
 
   return { $, el, svg, api, key, tab, showError, clearError, clock, ago, number, ms, usd, start };

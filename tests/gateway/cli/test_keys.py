@@ -19,3 +19,9 @@ def test_the_stanza_pastes_under_keys_with_the_hash_only(
     entry = {"sha256": hash_key(key), "tenant": "acme", **({"admin": True} if admin else {})}
     assert yaml.safe_load(stanza) == [entry]
     assert key not in stanza
+
+
+def test_a_role_goes_into_the_stanza(capsys: pytest.CaptureFixture[str]) -> None:
+    assert keys_new("acme", "ops", False, role="viewer") == 0
+    stanza = capsys.readouterr().out.partition("Add under `keys:` in your policy:\n")[2]
+    assert yaml.safe_load(stanza)[0]["role"] == "viewer"

@@ -208,7 +208,19 @@ def api_routes(
         return compiled.policy, await authenticate(compiled, request)
 
     stored = response_routes(lambda: gateway.caches.stored_responses, caller, _error_response)
-    signin = sso_routes(sso, lambda: gateway.compiled.policy.sso, _error_response, open_route_limit(gateway))
+
+    async def signed_in(
+        request: Request[Any, Any, Any], user: str, tenant: str | None, action: str, status: int
+    ) -> None:
+        """A console sign-in or sign-out on the audit trail."""
+        if audit is not None:
+            forwarded = request.headers.get("x-forwarded-for")
+            client = gateway.compiled.clients.client_of(_peer(request), forwarded)
+            await audit.record(user, action, tenant=tenant, client=client, status=status)
+
+    signin = sso_routes(
+        sso, lambda: gateway.compiled.policy.sso, _error_response, open_route_limit(gateway), signed_in
+    )
     return [
         *(list_models, usage, retrieve_model, healthz, readyz, metrics_endpoint),
         *(*admin, *console, *signin, *stored),

@@ -11,7 +11,7 @@ Errors are JSON in OpenAI's shape, like every other route's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -23,11 +23,17 @@ from litestar.types import BeforeRequestHookHandler
 
 from gateway.errors import GatewayError, NotFound
 from gateway.policy.sso import SsoConfig
+from gateway.roles import Principal
 from gateway.sso.errors import InvalidToken
 from gateway.sso.gate import SingleSignOn
+from gateway.sso.principal import principal_from_claims
 from gateway.sso.session import sign, unsign
 
-__all__ = ["sso_routes"]
+__all__ = ["SignInRecorder", "sso_routes"]
+
+SignInRecorder = Callable[[Request[Any, Any, Any], str, str | None, str, int], Awaitable[None]]
+"""Told ``(request, user, tenant, action, status)`` of each sign-in and sign-out (the audit trail):
+``action`` is ``console.sign_in`` or ``console.sign_out``, ``user`` ``-`` when it is not known."""
 
 LOGIN_PATH = "/console/login"
 CALLBACK_PATH = "/console/callback"
@@ -51,6 +57,7 @@ def sso_routes(
     config_of: Callable[[], SsoConfig | None],
     render: Callable[[GatewayError], Response[bytes]],
     limit: BeforeRequestHookHandler | None = None,
+    record: SignInRecorder | None = None,
 ) -> list[HTTPRouteHandler]:
     """The routes, reading the serving policy's ``sso`` section through ``config_of`` on each call;
     ``limit`` may answer instead of login and callback (they are open, and each may call the provider)."""
@@ -83,7 +90,12 @@ def sso_routes(
             claims = await sso.provider(config).login.finish(params, pending)
             session, csrf = sso.new_session(config, claims)
         except GatewayError as error:
+            if record is not None and not isinstance(error, NotFound):
+                await record(request, "-", None, "console.sign_in", error.status)
             return render(error)
+        if record is not None:
+            user = principal_from_claims(config, claims)
+            await record(request, user.name, user.tenant, "console.sign_in", 200)
         age = config.cookie.max_age_s
         return Redirect(
             "/console",
@@ -97,15 +109,26 @@ def sso_routes(
 
     @post(LOGOUT_PATH, status_code=200)
     async def logout(request: Request[Any, Any, Any]) -> Response[Any]:
+        user: Principal | None = None
         try:
             config = enabled()
             if config.cookie.name in request.cookies:  # a forged logout is refused like any change
                 try:
-                    await sso.principal(config, "POST", request.headers, request.cookies)
+                    user = await sso.principal(config, "POST", request.headers, request.cookies)
                 except InvalidToken:
                     pass  # an expired or foreign session: clearing it is harmless
         except GatewayError as error:
+            if record is not None and not isinstance(error, NotFound):
+                await record(request, "-", None, "console.sign_out", error.status)
             return render(error)
+        if record is not None:
+            await record(
+                request,
+                user.name if user is not None else "-",
+                user.tenant if user is not None else None,
+                "console.sign_out",
+                200,
+            )
         return Response(
             content=msgspec.json.encode({"object": "logout", "ok": True}),
             media_type=MediaType.JSON,

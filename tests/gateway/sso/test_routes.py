@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from gateway.app import create_app
+from gateway.audit import AuditTrail, FileAuditStore
 from gateway.policy import parse_policy
 from gateway.reloader import PolicyReloader
 from gateway.replicas.memory_client import MemoryUpstreamClient, Reply
@@ -26,7 +27,9 @@ ADMIN_KEY = "sk-admin-test"
 SECRET = "a-test-session-secret-0123456789"
 
 
-def _app_client(provider: OidcProvider, *, secure: bool) -> httpx.AsyncClient:
+def _app_client(
+    provider: OidcProvider, *, secure: bool, audit: AuditTrail | None = None
+) -> httpx.AsyncClient:
     document = {
         "pools": {"small": {"replicas": [{"base_url": "http://engine:8000/v1", "model": "m"}]}},
         "keys": [{"sha256": hashlib.sha256(ADMIN_KEY.encode()).hexdigest(), "tenant": "ops", "admin": True}],
@@ -41,7 +44,7 @@ def _app_client(provider: OidcProvider, *, secure: bool) -> httpx.AsyncClient:
     }
     reloader = PolicyReloader("unused.yaml", policy=parse_policy(document, "test"))
     upstream = MemoryUpstreamClient(lambda url, body, headers: Reply.json({}))
-    app = create_app(Settings(), client=upstream, reloader=reloader, store=MemoryStore())
+    app = create_app(Settings(), client=upstream, reloader=reloader, store=MemoryStore(), audit=audit)
     mounts = {"http://gateway": httpx.ASGITransport(app=app), "all://": httpx.AsyncHTTPTransport()}
     return httpx.AsyncClient(mounts=mounts, base_url="http://gateway")
 
@@ -52,8 +55,13 @@ def _secret(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-async def gateway(provider: OidcProvider) -> AsyncIterator[httpx.AsyncClient]:
-    async with _app_client(provider, secure=False) as client:
+def trail() -> AuditTrail:
+    return AuditTrail(FileAuditStore(None))  # in memory
+
+
+@pytest.fixture
+async def gateway(provider: OidcProvider, trail: AuditTrail) -> AsyncIterator[httpx.AsyncClient]:
+    async with _app_client(provider, secure=False, audit=trail) as client:
         yield client
 
 
@@ -142,6 +150,19 @@ async def test_the_console_session_with_csrf_and_logout(gateway: httpx.AsyncClie
     out = await gateway.post("/console/logout", headers={"x-csrf-token": csrf})
     assert out.status_code == 200 and "sy_session" not in gateway.cookies
     assert (await gateway.get("/v1/admin/policy")).status_code == 401
+
+
+async def test_sign_in_and_sign_out_are_on_the_audit_trail(
+    gateway: httpx.AsyncClient, trail: AuditTrail
+) -> None:
+    await gateway.get("/console/login", follow_redirects=True)
+    csrf = gateway.cookies["sy_session_csrf"]
+    assert (await gateway.post("/console/logout", headers={"x-csrf-token": csrf})).status_code == 200
+    entries = [msgspec.json.decode(line) for line in await trail.store.lines()]
+    signs = [(e["action"], e["outcome"], e["status"]) for e in entries if e["action"].startswith("console.")]
+    assert signs == [("console.sign_in", "ok", 200), ("console.sign_out", "ok", 200)]
+    users = {e["actor"] for e in entries if e["action"].startswith("console.")}
+    assert users and "-" not in users  # the provider's user, by name
 
 
 async def test_a_tampered_session_is_refused(gateway: httpx.AsyncClient) -> None:

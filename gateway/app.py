@@ -39,7 +39,7 @@ from gateway.replicas.client import UpstreamClient
 from gateway.replicas.http1 import Http1UpstreamClient
 from gateway.replicas.slot_queue import SlotQueues
 from gateway.routes import api_routes, http_exception, open_route_limit, unexpected
-from gateway.semantic_cache import QueryEmbedder, SemanticCacheStage
+from gateway.semantic_cache import QueryEmbedder
 from gateway.settings import Settings
 from gateway.sso import SingleSignOn
 from gateway.stages.cache import ResponseCacheStage
@@ -50,6 +50,7 @@ from gateway.stages.limits import EnforceLimits
 from gateway.stages.pick import PickReplica
 from gateway.stages.retry import CallWithRetries
 from gateway.stages.route import RouteModel
+from gateway.stages.semantic_cache import SemanticCacheStage
 from gateway.stages.upstream import CallUpstream
 from gateway.state_factories import Caches, build_caches, build_key_store, build_store
 from gateway.stores import Store, StoreUnavailable

@@ -5,10 +5,11 @@ Public API::
 
     from gateway.semantic_cache import (
         SemanticCache, Hit, SemanticLog, RedisSemanticLog, MemorySemanticLog, Record, LogKeys,
-        VectorIndex, QueryEmbedder, SemanticCacheStage, canonical_text, literals, is_sampled,
+        VectorIndex, QueryEmbedder, canonical_text, literals, is_sampled,
     )
 
-The policy's ``cache.semantic`` (``gateway.cache.config.SemanticCacheConfig``) turns it on.
+Its pipeline stage is ``gateway.stages.semantic_cache.SemanticCacheStage``. The policy's
+``cache.semantic`` (``gateway.cache.config.SemanticCacheConfig``) turns it on.
 """
 
 from gateway.semantic_cache.canonical import canonical_text, is_sampled, literals, system_prompt
@@ -16,11 +17,8 @@ from gateway.semantic_cache.embedder import QueryEmbedder
 from gateway.semantic_cache.index import VectorIndex, normalised
 from gateway.semantic_cache.log import LogKeys, MemorySemanticLog, Record, RedisSemanticLog, SemanticLog
 from gateway.semantic_cache.semantic_cache import Hit, SemanticCache
-from gateway.semantic_cache.stage import SEMANTIC_HIT, SIMILARITY_HEADER, SemanticCacheStage
 
 __all__ = [
-    "SEMANTIC_HIT",
-    "SIMILARITY_HEADER",
     "Hit",
     "LogKeys",
     "MemorySemanticLog",
@@ -28,7 +26,6 @@ __all__ = [
     "Record",
     "RedisSemanticLog",
     "SemanticCache",
-    "SemanticCacheStage",
     "SemanticLog",
     "VectorIndex",
     "canonical_text",

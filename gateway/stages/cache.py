@@ -86,7 +86,7 @@ class ResponseCacheStage:
         call.response_headers[CACHE_HEADER] = MISS
         accumulator = StreamAccumulator() if call.is_stream else None
         if accumulator is not None:
-            call.result_filters.append(_tap(accumulator))
+            call.result_filters.append(tap_stream(accumulator))
         ttl_s, max_bytes, may_store = config.ttl_s, config.max_entry_bytes, directives.may_store
 
         async def store(call: Call, error: GatewayError | None) -> None:
@@ -113,17 +113,23 @@ class ResponseCacheStage:
         call.on_finish(store)
 
     def _answer(self, call: Call, entry: Entry, consume_tokens: bool) -> None:
-        call.cache_status = HIT
-        call.response_headers[CACHE_HEADER] = HIT
-        usage = _usage_of(entry)
-        call.usage = usage if consume_tokens else Usage(0, 0)
-        if call.is_stream:
-            call.result = StreamResult(_one(replay_sse(entry, include_usage=call.include_usage)))
-        else:
-            call.result = BytesResult(200, entry.body)
+        answer_from_entry(call, entry, HIT, consume_tokens=consume_tokens)
 
 
-def _tap(accumulator: StreamAccumulator):  # type: ignore[no-untyped-def]
+def answer_from_entry(call: Call, entry: Entry, status: str, *, consume_tokens: bool) -> None:
+    """Answer ``call`` from a cached ``entry`` (a stream is replayed as events): the cache status and
+    header, and its usage when hits consume tokens (else none). The response cache's and the
+    semantic cache's hits both answer so."""
+    call.cache_status = status
+    call.response_headers[CACHE_HEADER] = status
+    call.usage = _usage_of(entry) if consume_tokens else Usage(0, 0)
+    if call.is_stream:
+        call.result = StreamResult(_one(replay_sse(entry, include_usage=call.include_usage)))
+    else:
+        call.result = BytesResult(200, entry.body)
+
+
+def tap_stream(accumulator: StreamAccumulator):  # type: ignore[no-untyped-def]
     """A result filter that lets the accumulator see every byte of the stream it relays."""
 
     async def apply(call: Call, result: BytesResult | StreamResult) -> BytesResult | StreamResult:

@@ -1,4 +1,4 @@
-"""gateway/semantic_cache/stage.py: paraphrases are answered from the cache, with the header."""
+"""gateway/stages/semantic_cache.py: paraphrases are answered from the cache, with the header."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from gateway.cache import MemoryResponseCache
 from gateway.pipeline import Call, Pipeline
 from gateway.policy import PolicyError
-from gateway.semantic_cache import MemorySemanticLog, QueryEmbedder, SemanticCache, SemanticCacheStage
+from gateway.semantic_cache import MemorySemanticLog, QueryEmbedder, SemanticCache
+from gateway.stages.semantic_cache import SemanticCacheStage
 from tests.gateway.semantic_cache.fake_upstream import FakeUpstream, semantic_policy
 from tests.support.calls import balancer_for, build_call, compile_doc, read_result, upstream_stage
 

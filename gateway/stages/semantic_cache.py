@@ -12,17 +12,16 @@ pools the policy leaves out, sampled requests (unless ``allow_sampled``), reques
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
-from gateway.cache.directives import CACHE_HEADER, read_directives
+from gateway.cache.directives import read_directives
 from gateway.cache.entry import Entry, EntryKind
-from gateway.cache.replay import StreamAccumulator, replay_sse
+from gateway.cache.replay import StreamAccumulator
 from gateway.errors import GatewayError
-from gateway.pipeline import BytesResult, Call, Endpoint, StreamResult, Usage
+from gateway.pipeline import BytesResult, Call, Endpoint
+from gateway.semantic_cache import QueryEmbedder, SemanticCache
 from gateway.semantic_cache.canonical import canonical_text, is_sampled, literals, system_prompt
-from gateway.semantic_cache.embedder import QueryEmbedder
-from gateway.semantic_cache.semantic_cache import SemanticCache
-from gateway.sse import read_body_usage
+from gateway.stages.cache import answer_from_entry, tap_stream
 
 SEMANTIC_HIT = "semantic-hit"
 SIMILARITY_HEADER = "x-sortyard-cache-similarity"
@@ -30,10 +29,6 @@ SIMILARITY_HEADER = "x-sortyard-cache-similarity"
 
 def _no_observer(seconds: float) -> None:
     """The default lookup-latency hook: records nothing."""
-
-
-async def _one(data: bytes) -> AsyncIterator[bytes]:
-    yield data
 
 
 class SemanticCacheStage:
@@ -93,7 +88,7 @@ class SemanticCacheStage:
                 return
         accumulator = StreamAccumulator() if call.is_stream else None
         if accumulator is not None:
-            call.result_filters.append(_tap(accumulator))
+            call.result_filters.append(tap_stream(accumulator))
         cache, max_bytes = self.cache, config.max_entry_bytes
 
         async def store(call: Call, error: GatewayError | None) -> None:
@@ -123,39 +118,6 @@ class SemanticCacheStage:
         call.on_finish(store)
 
     def _answer(self, call: Call, entry: Entry, similarity: float) -> None:
-        call.cache_status = SEMANTIC_HIT
-        call.response_headers[CACHE_HEADER] = SEMANTIC_HIT
+        consume = call.policy.cache.response.hits_consume_tokens
+        answer_from_entry(call, entry, SEMANTIC_HIT, consume_tokens=consume)
         call.response_headers[SIMILARITY_HEADER] = f"{similarity:.4f}"
-        usage: Usage | None = None
-        if call.policy.cache.response.hits_consume_tokens:
-            try:
-                usage, _ = read_body_usage(entry.body)
-            except GatewayError:
-                usage = None
-        call.usage = usage or Usage(0, 0)
-        if call.is_stream:
-            call.result = StreamResult(_one(replay_sse(entry, include_usage=call.include_usage)))
-        else:
-            call.result = BytesResult(200, entry.body)
-
-
-def _tap(accumulator: StreamAccumulator):  # type: ignore[no-untyped-def]
-    """A result filter that lets the accumulator see every byte of the stream it relays."""
-
-    async def apply(call: Call, result: BytesResult | StreamResult) -> BytesResult | StreamResult:
-        if isinstance(result, StreamResult):
-            result.events = _tapped(result.events, accumulator)
-        return result
-
-    return apply
-
-
-async def _tapped(events: AsyncIterator[bytes], accumulator: StreamAccumulator) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in events:
-            accumulator.feed(chunk)
-            yield chunk
-    finally:
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from typing import Any
 
 import jinja2
 import jinja2.meta
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from sortyard.chat_templates import template_environment
 
 GEMMA3_CHAT_TEMPLATE = (
     "{{ bos_token }}\n"
@@ -61,26 +61,9 @@ class ChatTemplateError(ValueError):
     """The template raised (``raise_exception``) or could not be rendered; a client error."""
 
 
-def _raise_exception(message: str) -> None:
-    raise ChatTemplateError(message)
-
-
-def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, sort_keys: bool = False) -> str:
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, sort_keys=sort_keys)
-
-
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    return env
-
-
 @lru_cache(maxsize=8)
 def _compile(template: str) -> jinja2.Template:
-    return _environment().from_string(template)
+    return template_environment().from_string(template)
 
 
 @lru_cache(maxsize=8)
@@ -91,7 +74,7 @@ def template_variables(template: str) -> frozenset[str]:
     get them written into the system prompt by the server (``backends/serving/tools/template.py``).
     """
     try:
-        return frozenset(jinja2.meta.find_undeclared_variables(_environment().parse(template)))
+        return frozenset(jinja2.meta.find_undeclared_variables(template_environment().parse(template)))
     except jinja2.TemplateError:
         return frozenset()
 

@@ -24,7 +24,8 @@ from typing import Any
 
 import jinja2
 import tokenizers
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from sortyard.chat_templates import template_environment
 
 __all__ = ["PromptTokenizer", "TokenizerCache"]
 
@@ -33,23 +34,6 @@ logger = logging.getLogger("sortyard.kv_routing")
 _CHARS_PER_TOKEN_CUT = 8
 _CUT_MARGIN_CHARS = 64  # a pre-token (a word, a run of digits) cut in two re-tokenizes differently
 _INLINE_CHARS = 4096  # shorter prompts encode in well under a millisecond: a thread would cost more
-
-
-def _raise_exception(message: str) -> None:
-    raise jinja2.TemplateError(message)
-
-
-def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, sort_keys: bool = False) -> str:
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, sort_keys=sort_keys)
-
-
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    return env
 
 
 class PromptTokenizer:
@@ -65,7 +49,7 @@ class PromptTokenizer:
         add_bos_token: bool = False,
     ) -> None:
         self.backend = backend
-        self.template = _environment().from_string(chat_template) if chat_template else None
+        self.template = template_environment().from_string(chat_template) if chat_template else None
         self.bos_token = bos_token
         self.eos_token = eos_token
         self.bos_token_id = backend.token_to_id(bos_token) if bos_token else None

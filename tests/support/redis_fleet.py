@@ -47,18 +47,29 @@ class _ExitedEarly(Exception):
 class Process:
     """One redis-server process on a free loopback port, from a config file in its own dir."""
 
-    def __init__(self, root: Path, name: str, config: str, *, sentinel: bool = False) -> None:
+    def __init__(
+        self, root: Path, name: str, config: str, *, sentinel: bool = False, cluster_bus: bool = False
+    ) -> None:
         self.dir = root / name
         self.dir.mkdir()
         self.config = self.dir / "redis.conf"
         self.extra = config
         self.sentinel = sentinel
         self.proc: subprocess.Popen[bytes] | None = None
-        self.port = free_port()
+        self.cluster_bus = cluster_bus
+        self._pick_ports()
         self._write_config()
+
+    def _pick_ports(self) -> None:
+        # a cluster node's bus port is port + 10000 unless named, which fails for any port above 55535
+        # (a fifth of the ephemeral range) or where that port is taken: so it gets a free one of its own
+        self.port = free_port()
+        self.bus_port = free_port() if self.cluster_bus else None
 
     def _write_config(self) -> None:
         base = f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
+        if self.bus_port is not None:
+            base += f"cluster-port {self.bus_port}\n"
         base += "save ''\nappendonly no\nprotected-mode no\n"
         self.config.write_text(base + self.extra)
 
@@ -74,7 +85,7 @@ class Process:
                 wait_until(self._answers, what=f"redis on port {self.port}")
                 return
             except _ExitedEarly:
-                self.port = free_port()
+                self._pick_ports()
                 self._write_config()
         raise RuntimeError(f"redis-server would not start: see {self.dir / 'log'}")
 
@@ -157,7 +168,7 @@ class Cluster:
     def __init__(self, *, num_primaries: int = 3) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="sy-cluster-"))
         config = "cluster-enabled yes\ncluster-node-timeout 2000\ncluster-config-file nodes.conf\n"
-        self.nodes = [Process(self.root, f"node{i}", config) for i in range(num_primaries)]
+        self.nodes = [Process(self.root, f"node{i}", config, cluster_bus=True) for i in range(num_primaries)]
 
     @property
     def url(self) -> str:

@@ -181,7 +181,7 @@ def create_app(
                 await gateway.settle()
         except (TimeoutError, StoreUnavailable) as exc:
             logger.warning("shutting down before every request settled: %r", exc)
-        if gateway.is_draining:  # told to stop (SIGTERM); there is no drain endpoint
+        if gateway.drain_source == "signal":  # told to stop (SIGTERM); the admin API records its own
             await audit.record(SYSTEM, "drain", reload_audit.process)
         await audit.close()
         await reloader.stop()
@@ -202,7 +202,7 @@ def create_app(
     app = _MsgspecOnlyLitestar(
         # GET /openapi.json, built once here; counted per client like /metrics
         route_handlers=[
-            *api_routes(gateway, audit, sso),
+            *api_routes(gateway, audit, sso, reload_audit),
             *messages_routes(gateway),
             *batches.routes,
             openapi_route(before_request=open_route_limit(gateway)),

@@ -14,6 +14,7 @@ import itertools
 import os
 import time
 from collections.abc import Mapping
+from typing import Literal
 
 from gateway.client_limits import ClientLimiter
 from gateway.compiled import CompiledPolicy
@@ -30,7 +31,9 @@ from gateway.state_factories import Caches
 from gateway.stores import Store
 from gateway.telemetry.metrics import Metrics
 
-__all__ = ["Gateway"]
+__all__ = ["DrainSource", "Gateway"]
+
+DrainSource = Literal["signal", "admin"]
 
 
 class Gateway:
@@ -68,6 +71,9 @@ class Gateway:
         """Proxied requests whose response or after-response work is not over (gateway.proxy counts)."""
         self.draining_since: float | None = None
         """When (monotonic) this process was told to stop: from then on ``/readyz`` answers 503."""
+        self.drain_source: DrainSource | None = None
+        """Who began the drain: ``signal`` (SIGTERM, Ctrl-C: shutting down) or ``admin`` (the admin
+        API's ``POST /v1/admin/drain``, which ``stop_draining`` may undo)."""
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(6).hex()
         reloader.subscribe(lambda compiled: balancer.update(compiled.policy))
@@ -84,14 +90,26 @@ class Gateway:
 
     @property
     def is_draining(self) -> bool:
-        """True once SIGTERM (or Ctrl-C) arrived: still serving, but leaving the load balancer."""
+        """True once SIGTERM (or Ctrl-C, or an admin drain) arrived: still serving, but leaving the
+        load balancer."""
         return self.draining_since is not None
 
-    def start_draining(self) -> None:
-        """Fail readiness from now on (a repeat is a no-op); the server stops taking connections
-        later (``gateway.cli.serve``)."""
+    def start_draining(self, source: DrainSource = "signal") -> None:
+        """Fail readiness from now on (a repeat is a no-op, but a signal after an admin drain makes it
+        a shutdown); after a signal the server stops taking connections later (``gateway.cli.serve``)."""
         if self.draining_since is None:
             self.draining_since = time.monotonic()
+            self.drain_source = source
+        elif source == "signal":
+            self.drain_source = source
+
+    def stop_draining(self) -> bool:
+        """Be ready again after an admin drain; False (still draining) when a signal began it or
+        followed it: the process is shutting down."""
+        if self.drain_source == "signal":
+            return False
+        self.draining_since = self.drain_source = None
+        return True
 
     def _count_reload(self, compiled: CompiledPolicy) -> None:
         self.metrics.policy_reloads.labels("adopted").inc()

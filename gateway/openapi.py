@@ -3,8 +3,8 @@
 The proxied endpoints' request bodies are the msgspec structs of ``gateway.schemas`` (the structs that
 validate every request, so the document says what is enforced), with the two rules a struct cannot
 state written out by hand (``_ONE_KIND``). The other routes are described in ``_ROUTES``, the key
-admin API's in ``gateway.keys.openapi``, the console's in ``gateway.console.openapi`` and the stored
-responses' in ``gateway.responses.openapi``.
+admin API's in ``gateway.keys.openapi``, the console's in ``gateway.console.openapi``, the admin
+operations' in ``gateway.operations`` and the stored responses' in ``gateway.responses.openapi``.
 ``tests/gateway/test_openapi.py`` holds the document's paths and methods to the app's real routes, and
 ``tests/reliability/test_schemathesis.py`` holds a running gateway to the document.
 """
@@ -23,6 +23,7 @@ from gateway.batches.openapi import BATCH_PATHS, BATCH_STRUCTS
 from gateway.console.openapi import CONSOLE_PATHS, CONSOLE_STRUCTS
 from gateway.errors import ErrorEnvelope
 from gateway.keys.openapi import KEY_PATHS, KEY_STRUCTS
+from gateway.operations import OPERATION_PATHS, OPERATION_STRUCTS
 from gateway.responses.openapi import RESPONSE_PATHS, RESPONSE_STRUCTS
 from gateway.responses_api import RESPONSES_EVENT, ResponseObject
 from gateway.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, ResponsesRequest
@@ -111,6 +112,7 @@ _STRUCTS = (
     Readiness,
     *KEY_STRUCTS,
     *CONSOLE_STRUCTS,
+    *OPERATION_STRUCTS,
     *RESPONSE_STRUCTS,
     *BATCH_STRUCTS,
 )
@@ -304,6 +306,7 @@ _ROUTES: dict[str, dict[str, Any]] = {
     },
     **KEY_PATHS,
     **CONSOLE_PATHS,
+    **OPERATION_PATHS,
     **SSO_PATHS,
     **MESSAGES_PATHS,
     **BATCH_PATHS,

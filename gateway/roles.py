@@ -23,6 +23,7 @@ __all__ = [
     "Principal",
     "Rule",
     "action_of",
+    "actions_of",
     "authorize",
     "markdown_table",
     "may_grant",
@@ -61,9 +62,11 @@ ACTIONS: dict[str, Rule] = {
     "keys.read": Rule(("admin", "tenant-admin"), "list and show keys", True),
     "keys.write": Rule(("admin", "tenant-admin"), "create, update, rotate and revoke keys", True),
     "audit.read": Rule(("admin",), "the key audit trail"),
+    "session.read": Rule(ROLES, "who the caller is: name, tenant, role and the actions it may do"),
+    "policy.reload": Rule(("admin", "operator"), "re-read the answering process's policy files now"),
+    "gateway.drain": Rule(("admin", "operator"), "fail the answering process's readiness, or undo that"),
 }
-"""Every admin action. Reloading the policy and draining have no admin route (a SIGHUP, a file
-change, a SIGTERM); when one is added it gets a row here, for ``admin`` and ``operator``."""
+"""Every admin action."""
 
 ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/usage"): "usage.read",
@@ -78,6 +81,10 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/admin/keys/{name}/rotate"): "keys.write",
     ("POST", "/v1/admin/keys/{name}/revoke"): "keys.write",
     ("GET", "/v1/admin/audit"): "audit.read",
+    ("GET", "/v1/admin/whoami"): "session.read",
+    ("POST", "/v1/admin/policy/reload"): "policy.reload",
+    ("POST", "/v1/admin/drain"): "gateway.drain",
+    ("DELETE", "/v1/admin/drain"): "gateway.drain",
 }
 """Every admin route (path as documented, parameters without their type) and its action."""
 
@@ -87,6 +94,11 @@ _GRANTS: dict[Role | None, tuple[Role, ...]] = {"admin": ROLES, "tenant-admin": 
 def action_of(method: str, path: str) -> str:
     """The action of an admin route; KeyError for a route the table does not name."""
     return ROUTES[(method.upper(), path)]
+
+
+def actions_of(role: Role | None) -> list[str]:
+    """The actions ``role`` may do (some, for a ``tenant-admin``, on its own tenant only), sorted."""
+    return sorted(action for action, rule in ACTIONS.items() if role in rule.roles)
 
 
 def authorize(principal: Principal | None, action: str, tenant: str | None = None) -> None:

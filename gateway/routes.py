@@ -1,6 +1,6 @@
 """The endpoints beside the proxied API: models, usage, stored responses (``gateway.responses.routes``),
-key admin (``gateway.keys.routes``), the console (``gateway.console``), health, readiness and metrics
-(Litestar).
+key admin (``gateway.keys.routes``), the console (``gateway.console``), the admin operations
+(``gateway.operations``: whoami, reload, drain), health, readiness and metrics (Litestar).
 
 Each answers in OpenAI's shape, errors included (``render``); Litestar's own errors (an unknown
 route, a wrong method) are turned into the same shape by :func:`http_exception`. A failed
@@ -23,6 +23,7 @@ from litestar.exceptions import HTTPException
 from litestar.handlers import HTTPRouteHandler
 
 from gateway.audit import AuditTrail
+from gateway.audit.policy_diff import PolicyReloadAudit
 from gateway.authentication import authenticate_client
 from gateway.compiled import CompiledPolicy, model_card
 from gateway.console import console_routes
@@ -39,6 +40,7 @@ from gateway.errors import (
 )
 from gateway.instance import Gateway
 from gateway.keys.routes import key_admin_routes
+from gateway.operations import operation_routes
 from gateway.policy import ApiKey, Policy
 from gateway.responses.routes import response_routes
 from gateway.roles import Principal, authorize, scoped_tenant
@@ -83,10 +85,14 @@ def open_route_limit(
 
 
 def api_routes(
-    gateway: Gateway, audit: AuditTrail | None = None, sso: SingleSignOn | None = None
+    gateway: Gateway,
+    audit: AuditTrail | None = None,
+    sso: SingleSignOn | None = None,
+    reload_audit: PolicyReloadAudit | None = None,
 ) -> list[HTTPRouteHandler]:
     """The Litestar route handlers, bound to ``gateway``; admin calls are recorded on ``audit``;
-    ``sso`` signs admins in by bearer JWT or console session when the policy has an ``sso`` section."""
+    ``sso`` signs admins in by bearer JWT or console session when the policy has an ``sso`` section;
+    ``reload_audit`` (the reloader's audit listener) names the caller of a reload on its entry."""
     sso = sso or SingleSignOn()
 
     async def authenticate(compiled: CompiledPolicy, request: Request[Any, Any, Any]) -> ApiKey | None:
@@ -154,7 +160,7 @@ def api_routes(
 
     @get("/readyz")
     async def readyz() -> Response[bytes]:
-        if gateway.is_draining:  # told to stop: out of the load balancer first, no store ping needed
+        if gateway.is_draining:  # told to stop (or drained): out of the load balancer first, no store ping
             return Response(
                 content=_encode({"status": "draining", "checks": {"accepting": False}}),
                 status_code=503,
@@ -184,6 +190,10 @@ def api_routes(
             content=gateway.metrics.render(), headers={"content-type": gateway.metrics.content_type}
         )
 
+    def client_of(request: Request[Any, Any, Any]) -> str:
+        """The client address the limits count by (and the audit trail names)."""
+        return gateway.compiled.clients.client_of(_peer(request), request.headers.get("x-forwarded-for"))
+
     async def record(
         request: Request[Any, Any, Any],
         key: ApiKey | None,
@@ -194,14 +204,15 @@ def api_routes(
     ) -> None:
         """One admin call on the audit trail, from the client address the limits count by."""
         if audit is not None:
-            forwarded = request.headers.get("x-forwarded-for")
-            client = gateway.compiled.clients.client_of(_peer(request), forwarded)
-            await audit.record_admin_call(key, action, target, details, client, status)
+            await audit.record_admin_call(key, action, target, details, client_of(request), status)
 
     admin = key_admin_routes(
         gateway.key_admin, authenticate_admin, lambda: gateway.compiled, _error_response, decode_as, record
     )
     console = console_routes(gateway, authenticate_admin, _error_response, open_route_limit(gateway), record)
+    operations = operation_routes(
+        gateway, authenticate_admin, _error_response, record, client_of, reload_audit
+    )
 
     async def caller(request: Request[Any, Any, Any]) -> tuple[Policy, ApiKey | None]:
         compiled = gateway.compiled
@@ -214,16 +225,14 @@ def api_routes(
     ) -> None:
         """A console sign-in or sign-out on the audit trail."""
         if audit is not None:
-            forwarded = request.headers.get("x-forwarded-for")
-            client = gateway.compiled.clients.client_of(_peer(request), forwarded)
-            await audit.record(user, action, tenant=tenant, client=client, status=status)
+            await audit.record(user, action, tenant=tenant, client=client_of(request), status=status)
 
     signin = sso_routes(
         sso, lambda: gateway.compiled.policy.sso, _error_response, open_route_limit(gateway), signed_in
     )
     return [
         *(list_models, usage, retrieve_model, healthz, readyz, metrics_endpoint),
-        *(*admin, *console, *signin, *stored),
+        *(*admin, *console, *operations, *signin, *stored),
     ]
 
 

@@ -6,8 +6,10 @@ values: a section such as ``keys`` holds hashes and the entry need not repeat th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import msgspec
@@ -39,16 +41,48 @@ def policy_diff(old: Policy, new: Policy) -> dict[str, Any]:
     }
 
 
+class _Actor(msgspec.Struct, frozen=True):
+    name: str
+    tenant: str | None = None
+    client: str | None = None
+
+
 class PolicyReloadAudit:
     """A reloader listener (``PolicyReloader.subscribe``) recording each adopted policy's diff, and
     (``refused``) each refused reload: the first call is the policy already serving, not a reload.
-    Each gateway process records the reloads it adopts, named by ``process`` (host:pid)."""
+    Each gateway process records the reloads it adopts, named by ``process`` (host:pid). A reload is
+    the gateway's own (``system``) unless it runs inside :meth:`acting_as` (the admin API's)."""
 
     def __init__(self, trail: AuditTrail, source: str) -> None:
         self.trail = trail
         self.source = source
         self.process = f"{socket.gethostname()}:{os.getpid()}"
         self._serving: Policy | None = None
+        self._actor = _Actor(SYSTEM)
+
+    @contextlib.contextmanager
+    def acting_as(
+        self, actor: str, *, tenant: str | None = None, client: str | None = None
+    ) -> Iterator[None]:
+        """Name ``actor`` (its tenant, its client address) on the entry of a reload run synchronously
+        inside the block: the one entry of that reload, adopted or refused."""
+        before, self._actor = self._actor, _Actor(actor, tenant, client)
+        try:
+            yield
+        finally:
+            self._actor = before
+
+    def _record(self, details: dict[str, Any], status: int = 200) -> None:
+        who = self._actor
+        self.trail.record_soon(
+            who.name,
+            "policy.reload",
+            self.source,
+            tenant=who.tenant,
+            client=who.client,
+            details=details,
+            status=status,
+        )
 
     def __call__(self, compiled: HoldsPolicy) -> None:
         previous, self._serving = self._serving, compiled.policy
@@ -58,8 +92,7 @@ class PolicyReloadAudit:
             details = {**policy_diff(previous, compiled.policy), "process": self.process}
         except (TypeError, ValueError) as exc:  # recording never stands in the way of a reload
             details = {"diff_error": repr(exc), "process": self.process}
-        self.trail.record_soon(SYSTEM, "policy.reload", self.source, details=details)
+        self._record(details)
 
     def refused(self, error: str) -> None:
-        details = {"error": error[:500], "process": self.process}
-        self.trail.record_soon(SYSTEM, "policy.reload", self.source, details=details, status=422)
+        self._record({"error": error[:500], "process": self.process}, status=422)

@@ -122,6 +122,9 @@ def test_every_admin_route_answers_every_role_as_the_table_says(server: GatewayS
                         wrong.append((method, path, who, tenant, got, want, answer.text[:120]))
                     if got == 403:
                         _check_refusal(answer.json()["error"], who)
+        # POST /v1/admin/drain came after its DELETE: ready again for the tests that follow
+        assert client.delete("/v1/admin/drain", headers=_as("admin")).json()["draining"] is False
+        assert not server.gateway.is_draining
     assert wrong == []
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 import yaml
 
 from gateway.audit import AuditTrail, Entry, FileAuditStore
@@ -48,3 +49,28 @@ async def test_a_file_reload_and_a_refused_one_are_recorded(tmp_path: Path) -> N
     ]
     assert entries[0].details["pools"]["changed"] == ["small"] and entries[0].target == str(path)
     assert entries[1].details["error"] and entries[1].details["process"] == audit.process
+
+
+async def test_a_reload_inside_acting_as_names_its_caller_once(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(_document(small="http://a:1/v1")))
+    reloader = PolicyReloader(path, overlay=tmp_path / "none.yaml")
+    trail = AuditTrail(FileAuditStore(None), clock=lambda: 9.0)
+    audit = PolicyReloadAudit(trail, str(path))
+    reloader.subscribe(audit)
+    reloader.refusal_listeners.append(audit.refused)
+    path.write_text(yaml.safe_dump(_document(small="http://a:2/v1")))
+    with audit.acting_as("ops-key", tenant="ops", client="10.0.0.1"):
+        assert reloader.reload()
+    path.write_text("pools: [not, a, mapping]")
+    with pytest.raises(RuntimeError), audit.acting_as("ops-key", tenant="ops", client="10.0.0.1"):
+        assert not reloader.reload()
+        raise RuntimeError("the block failed")
+    assert not reloader.reload()  # outside the block: the gateway's own again
+    await trail.flush()
+    entries = [msgspec.json.decode(line, type=Entry) for line in await trail.store.lines()]
+    assert [(e.actor, e.tenant, e.client, e.outcome) for e in entries] == [
+        ("ops-key", "ops", "10.0.0.1", "ok"),
+        ("ops-key", "ops", "10.0.0.1", "refused"),
+        ("system", None, None, "refused"),
+    ]

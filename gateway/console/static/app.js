@@ -1,14 +1,18 @@
 "use strict";
-// The console's core: the admin key (kept in sessionStorage, sent as a Bearer token), calls to the
+// The console's core: the admin key (kept in sessionStorage, sent as a Bearer token), who it signed in
+// as (GET /v1/admin/whoami: a name, a tenant, a role and the actions the role may do), calls to the
 // gateway, the tabs, and small DOM helpers. Data only ever reaches the page as text (textContent),
-// never as markup. Each tab's script registers itself with SY.tab(name, {show, hide, reset}): show and
-// hide as it is opened and left, reset (forget what it shows) at sign-out.
+// never as markup. Each tab's script registers itself with SY.tab(name, {needs, needsKey, show, hide,
+// reset}): needs, the action its role must have for the tab to be shown at all; needsKey, true when it
+// works with an API key only (not a single sign-on session); show and hide as it is opened and left,
+// reset (forget what it shows) at sign-out.
 const SY = (() => {
   const KEY_NAME = "sortyard.adminKey";
   const SVG_NS = "http://www.w3.org/2000/svg";
   const tabs = {};
-  let current = "pools";
+  let current = null;
   let signedIn = false;
+  let principal = null; // {name, tenant, role, actions} while signed in
 
   const $ = (id) => document.getElementById(id);
 
@@ -112,8 +116,21 @@ const SY = (() => {
     tabs[name] = handlers;
   }
 
+  // May the signed-in principal do this action? (The gateway checks again on every call.)
+  const may = (action) => principal !== null && principal.actions.includes(action);
+
+  function usable(name) {
+    const handlers = tabs[name];
+    return Boolean(handlers) && may(handlers.needs) && (!handlers.needsKey || key() !== null);
+  }
+
+  function whoText(who) {
+    const role = who.role === "tenant-admin" ? `tenant-admin (${who.tenant})` : who.role;
+    return `${who.name} · ${role}`;
+  }
+
   function select(name) {
-    if (tabs[current] && tabs[current].hide) tabs[current].hide();
+    if (current && tabs[current] && tabs[current].hide) tabs[current].hide();
     current = name;
     for (const button of document.querySelectorAll("#tabs button")) {
       button.classList.toggle("active", button.dataset.tab === name);
@@ -122,20 +139,34 @@ const SY = (() => {
     if (tabs[name] && tabs[name].show) tabs[name].show();
   }
 
-  function enter() {
+  // Signed in as who (whoami's answer): only the tabs its role may use, the first of them open.
+  function enter(who) {
     signedIn = true;
+    principal = { name: who.name, tenant: who.tenant, role: who.role, actions: who.actions || [] };
+    $("session-label").textContent = whoText(principal);
+    const shown = [];
+    for (const button of document.querySelectorAll("#tabs button")) {
+      button.hidden = !usable(button.dataset.tab);
+      if (!button.hidden) shown.push(button.dataset.tab);
+    }
     $("signin").hidden = true;
     $("session").hidden = false;
     $("tabs").hidden = false;
     $("panels").hidden = false;
     clearError("signin-error");
-    select(current);
+    if (shown.length) select(shown.includes(current) ? current : shown[0]);
+    else showError("signin-error", `The role ${principal.role} may use none of the console's tabs.`);
   }
 
   function signOut(reason) {
     signedIn = false;
-    if (tabs[current] && tabs[current].hide) tabs[current].hide();
+    if (current && tabs[current] && tabs[current].hide) tabs[current].hide();
     for (const handlers of Object.values(tabs)) if (handlers.reset) handlers.reset();
+    principal = null;
+    current = null;
+    $("session-label").textContent = "";
+    for (const panel of document.querySelectorAll(".panel")) panel.hidden = true;
+    for (const node of document.querySelectorAll(".panel .error")) clearError(node.id); // not the next one's
     sessionStorage.removeItem(KEY_NAME);
     if (csrf()) fetch("/console/logout", { method: "POST", headers: { "x-csrf-token": csrf() } });
     $("signin").hidden = false;
@@ -145,17 +176,18 @@ const SY = (() => {
     if (reason) showError("signin-error", reason);
   }
 
-  // A key is kept only once the gateway has taken it as an admin key.
+  // A key is kept only once the gateway has taken it as a key with a role (any of them).
   async function signIn(candidate) {
     sessionStorage.setItem(KEY_NAME, candidate);
+    let who;
     try {
-      await api("GET", "/v1/admin/policy");
+      who = await api("GET", "/v1/admin/whoami");
     } catch (error) {
       sessionStorage.removeItem(KEY_NAME);
       showError("signin-error", error);
       return;
     }
-    enter();
+    enter(who);
   }
 
   function start() {
@@ -170,8 +202,10 @@ const SY = (() => {
       button.addEventListener("click", () => select(button.dataset.tab));
     }
     if (key()) signIn(key());
-    else if (csrf()) api("GET", "/v1/admin/policy").then(enter, () => {});
+    else if (csrf()) api("GET", "/v1/admin/whoami").then(enter, () => {}); // a single sign-on session
   }
 
-  return { $, el, svg, api, key, tab, showError, clearError, clock, ago, number, ms, usd, start };
+  const who = () => principal;
+
+  return { $, el, svg, api, key, who, may, tab, showError, clearError, clock, ago, number, ms, usd, start };
 })();

@@ -62,6 +62,7 @@
 
   $("explain-form").addEventListener("submit", submit);
   SY.tab("explain", {
+    needs: "route.explain",
     reset() {
       $("explain-result").hidden = true;
     },

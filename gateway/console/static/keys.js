@@ -1,5 +1,7 @@
 // Keys: the key admin API (docs/keys.md). Lists every key, makes one (its secret shown once, in a box
-// the admin dismisses), rotates and revokes the API's keys, and shows the newest audit entries.
+// the admin dismisses), rotates and revokes the API's keys, and shows the newest audit entries. What the
+// role may not do is not offered: no form nor buttons without keys.write, no audit without audit.read;
+// a tenant-admin sees (the gateway answers) its own tenant's keys and makes keys in it only.
 (() => {
   const { $, el } = SY;
 
@@ -38,7 +40,7 @@
   }
 
   function actions(key) {
-    if (key.source !== "api" || key.status !== "active") return el("td", {});
+    if (key.source !== "api" || key.status !== "active" || !SY.may("keys.write")) return el("td", {});
     const name = encodeURIComponent(key.name);
     return el(
       "td",
@@ -95,10 +97,11 @@
   }
 
   async function refresh() {
+    const noAudit = Promise.resolve({ data: [] });
     try {
       const [keys, audit] = await Promise.all([
         SY.api("GET", "/v1/admin/keys"),
-        SY.api("GET", "/v1/admin/audit?limit=20"),
+        SY.may("audit.read") ? SY.api("GET", "/v1/admin/audit?limit=20") : noAudit,
       ]);
       $("keys-table").tBodies[0].replaceChildren(...keys.data.map(row));
       $("audit-table").tBodies[0].replaceChildren(...audit.data.map(auditRow));
@@ -121,10 +124,26 @@
     return body;
   }
 
+  // The form as the role may use it: a tenant-admin's own tenant filled in (and fixed); the admin box
+  // only for an admin (no other role may make an admin key).
+  function fit() {
+    const who = SY.who();
+    const own = who !== null && who.role === "tenant-admin";
+    $("key-form").hidden = !SY.may("keys.write");
+    $("key-tenant").readOnly = own;
+    if (own) $("key-tenant").value = who.tenant;
+    $("key-admin-label").hidden = who === null || who.role !== "admin";
+    $("audit-heading").hidden = !SY.may("audit.read");
+    $("audit-table").hidden = !SY.may("audit.read");
+  }
+
   $("key-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     await act("Create", "/v1/admin/keys", spec());
-    if ($("keys-error").hidden) $("key-form").reset();
+    if ($("keys-error").hidden) {
+      $("key-form").reset();
+      fit();
+    }
   });
   function dismiss() {
     $("key-secret-value").textContent = "";
@@ -133,9 +152,15 @@
 
   $("key-secret-dismiss").addEventListener("click", dismiss);
   SY.tab("keys", {
-    show: refresh,
+    needs: "keys.read",
+    show() {
+      fit();
+      refresh();
+    },
     reset() {
       dismiss();
+      $("key-form").reset();
+      $("key-tenant").readOnly = false;
       $("keys-table").tBodies[0].replaceChildren();
       $("audit-table").tBodies[0].replaceChildren();
     },

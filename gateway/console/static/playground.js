@@ -1,6 +1,8 @@
 // Playground: a prompt streamed over the WebSocket GET /v1/ws (docs/websocket.md). A browser cannot set
 // headers on a WebSocket, so the first message carries the admin key ({"type": "auth", "api_key"}); each
 // answer arrives as {"id", "token"} frames and ends with one {"id", "done"} or {"id", "error"} frame.
+// Shown to the roles that may explain a route (trying prompts against the routing is theirs, not a
+// tenant-admin's), and only to a key: a single sign-on session has none to give the socket.
 (() => {
   const { $ } = SY;
   let ready = null; // a promise of the authenticated socket, while one is open
@@ -113,6 +115,8 @@
   });
 
   SY.tab("playground", {
+    needs: "route.explain",
+    needsKey: true, // the WebSocket takes an API key in its first message, never a session cookie
     show: loadModels,
     hide() {
       if (socket) socket.close(1000, "tab closed"); // a request still open is cancelled by the gateway

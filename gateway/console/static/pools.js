@@ -1,9 +1,12 @@
-// Pools: every pool and replica from GET /v1/admin/pools, polled every 2 s while the tab is open.
+// Pools: every pool and replica from GET /v1/admin/pools, polled every 2 s while the tab is open; for a
+// role that may drain (gateway.drain), a toggle that takes this gateway process out of its load
+// balancer (POST /v1/admin/drain: /readyz fails, requests keep being served) and back (DELETE).
 (() => {
   const { $, el } = SY;
   const INTERVAL_MS = 2000;
   let timer = null;
   let current = 0;
+  let draining = false;
 
   function health(replica) {
     return replica.healthy
@@ -101,8 +104,49 @@
     if (generation === current) timer = setTimeout(() => loop(generation), INTERVAL_MS);
   }
 
+  function showDrain(answer) {
+    draining = answer.draining;
+    $("drain-toggle").textContent = draining ? "Resume" : "Drain this gateway";
+    $("drain-toggle").classList.toggle("danger", !draining);
+    let state = draining ? "Draining: out of the load balancer, still serving" : "Serving";
+    if (answer.in_flight !== undefined) state += ` · ${SY.number(answer.in_flight)} in flight`;
+    if (answer.process) state += ` · process ${answer.process}`;
+    $("drain-state").textContent = state;
+  }
+
+  // The state before any toggle: /readyz (open, no key) answers "draining" while this process drains.
+  // The toggle waits for it, so an answer read before a press never overwrites the press's.
+  async function readDrain() {
+    $("drain-toggle").disabled = true;
+    try {
+      const response = await fetch("/readyz", { cache: "no-store" });
+      const body = await response.json();
+      showDrain({ draining: body.status === "draining" });
+    } catch (error) {
+      $("drain-state").textContent = "state unknown";
+    } finally {
+      $("drain-toggle").disabled = false;
+    }
+  }
+
+  async function toggleDrain() {
+    $("drain-toggle").disabled = true;
+    try {
+      showDrain(await SY.api(draining ? "DELETE" : "POST", "/v1/admin/drain"));
+      SY.clearError("drain-error");
+    } catch (error) {
+      SY.showError("drain-error", error);
+    } finally {
+      $("drain-toggle").disabled = false;
+    }
+  }
+
+  $("drain-toggle").addEventListener("click", toggleDrain);
   SY.tab("pools", {
+    needs: "pools.read",
     show() {
+      $("drain").hidden = !SY.may("gateway.drain");
+      if (SY.may("gateway.drain")) readDrain();
       current += 1;
       clearTimeout(timer);
       loop(current);
@@ -114,6 +158,10 @@
     },
     reset() {
       $("pools-list").replaceChildren();
+      $("drain").hidden = true;
+      $("drain-state").textContent = "";
+      SY.clearError("drain-error");
+      draining = false;
     },
   });
 })();

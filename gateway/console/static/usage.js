@@ -100,6 +100,7 @@
   });
   $("usage-metric").addEventListener("change", render);
   SY.tab("usage", {
+    needs: "usage.read",
     show: refresh,
     reset() {
       report = null;

@@ -65,3 +65,25 @@ def test_the_page_is_served_with_defensive_headers() -> None:
     assert headers["x-content-type-options"] == "nosniff"
     assert headers["x-frame-options"] == "DENY"
     assert headers["referrer-policy"] == "no-referrer"
+
+
+ACTIONS = {  # what GET /v1/admin/whoami may list (docs/security.md#roles)
+    *("usage.read", "pools.read", "policy.read", "route.explain", "keys.read", "keys.write"),
+    *("audit.read", "policy.reload", "gateway.drain", "session.read"),
+}
+
+
+def test_signing_in_asks_who_the_key_is_not_whether_it_reads_the_policy() -> None:
+    app = (files("gateway.console") / "static" / "app.js").read_text()
+    assert app.count('"/v1/admin/whoami"') == 2  # a pasted key and a single sign-on session
+    assert "/v1/admin/policy" not in app  # a tenant-admin may not read it, and may sign in
+
+
+def test_every_tab_names_the_action_its_role_needs(html: str) -> None:
+    needs = dict(re.findall(r'SY\.tab\("(\w+)", \{\s*needs: "([\w.]+)"', html))
+    assert set(needs) == set(re.findall(r'data-tab="(\w+)"', html))
+    assert set(needs.values()) <= ACTIONS
+    assert needs["keys"] == "keys.read" and needs["usage"] == "usage.read"
+    # what is only for some roles is offered only to them
+    used = set(re.findall(r'SY\.may\("([\w.]+)"\)', html))
+    assert {"policy.reload", "gateway.drain", "keys.write", "audit.read"} <= used <= ACTIONS

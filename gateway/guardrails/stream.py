@@ -9,8 +9,9 @@ when none comes, one made for it before ``[DONE]``) carries what is left. A ``bl
 stream with an OpenAI-shaped error event and ``[DONE]``; the rest of the upstream's events are
 dropped.
 
-Chat and completion chunks get the carry-over; the Responses API's typed events are redacted event
-by event (each ``delta`` and ``text``) without it.
+Chat and completion chunks carry over per choice; the Responses API's typed events per content part
+(``gateway.guardrails.responses_stream``: the part's tail goes out as one more delta event before the
+event that ends the part, and the ``sequence_number`` of every later event moves up to make room).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import msgspec
 
 from gateway.errors import InvalidRequest
 from gateway.guardrails.guard import GuardSet, Verdict
+from gateway.guardrails.responses_stream import TypedCarry
 from gateway.guardrails.texts import Shape, answer_slots
 
 MAX_CARRY_CHARS = 256
@@ -58,6 +60,7 @@ class StreamGuard:
         self.hold_words = max((g.phrase_words for g in guards), default=1) - 1
         self.carry: dict[int, str] = {}
         self.template: dict[str, Any] | None = None
+        self.typed = TypedCarry(lambda text: self._scan(text, _split(text, self.hold_words)), self._scan_all)
         self.is_blocked = False
         self._buffer = b""
 
@@ -97,19 +100,26 @@ class StreamGuard:
             return event
         payload = event[at + 5 :].strip()
         if payload == b"[DONE]":
-            return self._flush_carry() + event
+            tail = self._flush_carry()
+            return tail if self.is_blocked else tail + event  # a block's error event ends with its own
         try:
             document = msgspec.json.decode(payload)
         except msgspec.DecodeError:
             return event
-        if not isinstance(document, dict) or "error" in document:
-            return self._flush_carry() + event
-        changed = self._responses(document) if self.shape == "responses" else self._choices(document)
+        if not isinstance(document, dict) or ("error" in document and self.shape != "responses"):
+            tail = self._flush_carry()
+            return tail if self.is_blocked else tail + event
+        before = b""
+        if self.shape == "responses":
+            added, changed = self.typed.event(document)
+            before = b"".join(map(_typed_event, added))
+        else:
+            changed = self._choices(document)
         if self.is_blocked:
             return self._blocked()
         if not changed:
-            return event
-        return event[:at] + b"data: " + msgspec.json.encode(document) + b"\n\n"
+            return before + event
+        return before + event[:at] + b"data: " + msgspec.json.encode(document) + b"\n\n"
 
     def _choices(self, document: dict[str, Any]) -> bool:
         self.template = document
@@ -139,21 +149,6 @@ class StreamGuard:
                 changed = True
         return changed
 
-    def _responses(self, document: Any) -> bool:
-        changed = False
-        if isinstance(document, dict):
-            for key, value in document.items():
-                if key in ("delta", "text") and isinstance(value, str) and value:
-                    ready = self._scan_all(value)
-                    if ready != value:
-                        document[key], changed = ready, True
-                elif isinstance(value, dict | list):
-                    changed = self._responses(value) or changed
-        elif isinstance(document, list):
-            for item in document:
-                changed = self._responses(item) or changed
-        return changed
-
     def _scan(self, text: str, end: int) -> tuple[str, int]:
         """``text`` with what may go out now (``text[:end]``, ``end`` as the checks moved it) checked."""
         if not text or self.is_blocked:
@@ -173,6 +168,9 @@ class StreamGuard:
 
     def _flush_carry(self) -> bytes:
         """What is left of each choice's text, as one more event (before ``[DONE]`` or the end)."""
+        if self.shape == "responses":
+            added = b"".join(map(_typed_event, self.typed.flush()))
+            return self._blocked() if self.is_blocked else added
         if not self.carry or self.template is None:
             self.carry.clear()
             return b""
@@ -193,6 +191,10 @@ class StreamGuard:
     def _blocked(self) -> bytes:
         error = InvalidRequest("The answer was blocked by a guardrail.", code="guardrail_blocked")
         return error.to_sse() + _DONE
+
+
+def _typed_event(document: dict[str, Any]) -> bytes:
+    return b"event: " + str(document["type"]).encode() + b"\ndata: " + msgspec.json.encode(document) + b"\n\n"
 
 
 def _index(param: str) -> int:

@@ -116,8 +116,14 @@ async def test_completions_and_responses_streams() -> None:
     assert text_of(chunks) == "to [REDACTED:EMAIL]"
     head = b"event: response.output_text.delta\ndata: "
     typed = head + b'{"type":"response.output_text.delta","delta":"a@b.io"}\n\n'
-    chunks, _ = await relay([typed], "responses")
-    assert chunks == [head + b'{"type":"response.output_text.delta","delta":"[REDACTED:EMAIL]"}\n\n']
+    chunks, _ = await relay([typed], "responses")  # carried over, then out at the end (test_responses_stream)
+    assert chunks == [
+        head + b'{"type":"response.output_text.delta","delta":""}\n\n',
+        head + b'{"type":"response.output_text.delta","delta":"[REDACTED:EMAIL]"}\n\n',
+    ]
+    done = b'event: response.output_text.done\ndata: {"type":"response.output_text.done","text":"a@b.io"}\n\n'
+    chunks, _ = await relay([done], "responses")
+    assert b"[REDACTED:EMAIL]" in chunks[0] and b"a@b.io" not in chunks[0]  # a whole text: checked whole
 
 
 async def test_events_split_across_reads_are_joined() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import msgspec
+import openai
 import pytest
 
 from gateway.errors import InvalidRequest, render
@@ -234,3 +235,26 @@ def test_a_stream_blocked_mid_way_ends_with_an_error_event(
     assert events[-1] == b"data: [DONE]" and b"upstream" not in response.content
     assert json.loads(events[-2][6:])["error"]["code"] == "guardrail_blocked"
     assert b"Hello" in response.content  # what came before the block was sent as it came
+
+
+def test_a_responses_stream_is_redacted_across_the_split_for_the_sdk(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    upstream = FakeUpstream()
+    upstream.WORDS = ("Mail ", "jane.r", "oe@exa", "mple.com", " now", ".")  # its /v1/responses deltas
+    upstream.start()
+    document = fake_policy(upstream.base_url, guardrails=GUARDRAILS)
+    document["pools"]["small"]["guardrails"] = ["pii"]
+    server = GatewayServer(write_policy(tmp_path_factory.mktemp("guard") / "policy.yaml", document)).start()
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=10)
+        events = list(client.responses.create(model="small", input="hi", stream=True))
+    finally:
+        server.stop()
+        upstream.stop()
+    deltas = "".join(event.delta for event in events if event.type == "response.output_text.delta")
+    assert deltas == "Mail [REDACTED:EMAIL] now."
+    [done] = [event for event in events if event.type == "response.output_text.done"]
+    assert done.text == deltas and events[-1].type == "response.completed"
+    assert events[-1].response.output_text == deltas
+    assert [event.sequence_number for event in events] == list(range(len(events)))

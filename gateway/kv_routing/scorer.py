@@ -1,11 +1,17 @@
 """Choose a replica by the prompt blocks it holds against the load it carries.
 
-Each candidate scores ``hits * hit_weight - load * load_weight`` (``hits``: the prompt's leading
-blocks it holds; ``load``: its requests in flight); the best score wins, ties going to the lighter
-load, then to the earlier candidate. A replica whose load is above the candidates' mean by
+Each candidate scores ``hit_weight * hits / blocks - load_weight * load`` (``hits / blocks``: the share
+of the prompt's whole blocks it holds at its head; ``load``: its requests in flight); the best score
+wins, ties going to the lighter load, then to the earlier candidate. The share, not the count, is
+what weighs against load, as llm-d's prefix scorer does: a conversation's next turn (nearly all of
+its prompt held) stays with its replica through a few requests of load, while a new conversation
+that only shares a system prompt (a third of its prompt, say) goes to a replica with one request
+less in flight, so conversations spread instead of piling onto the replica that first served their
+system prompt, where they would stay. A replica whose load is above the candidates' mean by
 ``max_load_factor`` and by at least ``min_load_excess`` requests is never chosen, whatever it holds:
 a hot prefix must not pile every request onto one engine. When no candidate holds a single leading
-block the scorer chooses nobody (``label`` None) and the balancer's strategy decides.
+block, or the best score is one that holds none, the scorer chooses nobody (``label`` None) and the
+balancer's strategy decides (its ties rotate from a random place, so gateways do not all pick alike).
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ def choose(
     candidates: Sequence[Candidate],
     *,
     hit_weight: float = 1.0,
-    load_weight: float = 4.0,
+    load_weight: float = 0.4,
     max_load_factor: float = 1.5,
     min_load_excess: float = 4.0,
 ) -> KvChoice:
@@ -64,7 +70,13 @@ def choose(
         return KvChoice(None, f"kv:0/{most_hits.num_blocks} blocks", "miss")
     best = max(
         enumerate(eligible),
-        key=lambda ic: (ic[1].num_hits * hit_weight - ic[1].load * load_weight, -ic[1].load, -ic[0]),
+        key=lambda ic: (_share(ic[1]) * hit_weight - ic[1].load * load_weight, -ic[1].load, -ic[0]),
     )[1]
+    if best.num_hits == 0:  # load outweighed every holder: the balancer spreads it (its ties rotate)
+        return KvChoice(None, f"kv:0/{best.num_blocks} blocks", "override")
     outcome: Outcome = "override" if best.num_hits < most_hits.num_hits else "hit"
     return KvChoice(best.label, f"kv:{best.num_hits}/{best.num_blocks} blocks@{best.label}", outcome)
+
+
+def _share(candidate: Candidate) -> float:
+    return candidate.num_hits / candidate.num_blocks if candidate.num_blocks else 0.0

@@ -11,12 +11,17 @@ and takes no lock: it runs for every request.
 - ``weighted``: smooth weighted round robin (nginx's): weights 5, 1, 1 give a a b a c a a, never
   five a's in a row.
 - ``load_aware``: like ``least_outstanding``, plus what the replica's ``/metrics`` said at the
-  last scrape: requests waiting in its queue and its KV-cache use. The gateway's own in-flight
-  count is live; the scraped part sees other gateways' traffic too, and is ignored once stale.
+  last scrape: the requests it runs (every gateway's: the larger of that and our own in-flight
+  count), those waiting in its queue and its KV-cache use. The gateway's own in-flight count is
+  live; the scraped part sees other gateways' traffic too, and is ignored once stale.
+
+Ties never go to the same replica in every gateway process: the rotation starts at a random place,
+so a fleet of gateways that each see an idle pool does not send its first requests to one replica.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Container
 from typing import Protocol
 
@@ -63,7 +68,7 @@ class LeastOutstanding:
     name: Strategy = "least_outstanding"
 
     def __init__(self) -> None:
-        self._start = 0
+        self._start = random.randrange(1 << 16)  # per process: gateways do not break ties alike
 
     def load(self, state: ReplicaState, now: float) -> float:
         return float(state.outstanding)
@@ -89,7 +94,9 @@ class LeastOutstanding:
 
 
 class LoadAware(LeastOutstanding):
-    """Least outstanding, plus the replica's scraped queue length and KV-cache use while fresh."""
+    """Least outstanding, plus the replica's scraped running and waiting requests and KV-cache use
+    while fresh. The running count covers every gateway's requests, ours among them, as of the
+    scrape; ours since then are in the live count: the larger of the two stands for both."""
 
     name: Strategy = "load_aware"
 
@@ -101,6 +108,7 @@ class LoadAware(LeastOutstanding):
     def load(self, state: ReplicaState, now: float) -> float:
         load = float(state.outstanding)
         if now <= state.load_fresh_until:
+            load = max(load, state.num_running)
             load += self.waiting_weight * state.num_waiting + self.kv_cache_weight * state.kv_cache_usage
         return load
 

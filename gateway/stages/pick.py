@@ -170,7 +170,8 @@ class PickReplica:
     async def _kv_choice(self, call: Call, exclude: tuple[ReplicaState, ...]) -> KvChoice | None:
         """The KV scorer's choice (its label None: the balancer's), or None when no KV events steer it."""
         assert self.kv is not None and call.pool is not None
-        candidates = [(s.label, self.balancer.load(s)) for s in self.balancer.candidates(call.pool, exclude)]
+        balancer = self.balancer
+        candidates = [(s.label, balancer.requests(s)) for s in balancer.candidates(call.pool, exclude)]
         choice = await self.kv.choose(call.policy.kv_routing, call.pool, call.body, candidates)
         if choice is None:
             return None

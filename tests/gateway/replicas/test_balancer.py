@@ -371,3 +371,19 @@ def test_the_docs_policy_example_loads() -> None:
     assert pool_order(config, "large") == ("large", "medium", "small")
     assert config.strategy_of("large") == "load_aware" and config.health_of("openai").probe_interval_s == 0
     assert config.for_pool("large").queue == QueueConfig(max_wait_s=10, max_queued_per_tenant=50)
+
+
+def test_requests_count_every_gateways_while_a_scrape_is_fresh_and_no_kv_cache_use() -> None:
+    clock = Clock()
+    balancer = Balancer(clock=clock)
+    balancer.update(policy(small=1))
+    (state,) = balancer.replicas("small")
+    state.outstanding = 2
+    state.num_running, state.num_waiting, state.kv_cache_usage = 5.0, 1.0, 0.9
+    assert balancer.requests(state) == 2.0  # never scraped: only our own
+    state.load_fresh_until = clock.now + 1
+    assert balancer.requests(state) == 6.0  # it runs 5 (ours among them) and queues 1
+    state.outstanding = 7  # ours sent since the scrape
+    assert balancer.requests(state) == 8.0
+    clock.now += 2
+    assert balancer.requests(state) == 7.0  # stale again

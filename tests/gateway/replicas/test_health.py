@@ -353,9 +353,10 @@ async def test_scrapes_feed_load_aware_choice(client: Http1UpstreamClient) -> No
     try:
         await wait_for(lambda: busy_state.num_waiting == 8.0 and idle_state.kv_cache_usage == 0.1)
         assert busy_state.num_running == 6.0 and busy_state.kv_cache_usage == 0.75
-        assert balancer.load(busy_state) == pytest.approx(8.0 + 4 * 0.75)
+        # its 6 running (every gateway's), 8 waiting and 75% of its KV cache in use
+        assert balancer.load(busy_state) == pytest.approx(6.0 + 8.0 + 4 * 0.75)
         assert {balancer.pick("small") for _ in range(10)} == {idle_state}
-        idle_state.outstanding = 12  # our own in-flight requests outweigh the scraped queue
+        idle_state.outstanding = 20  # our own in-flight requests outweigh the scraped load
         assert balancer.pick("small") is busy_state
     finally:
         await checker.stop()

@@ -120,3 +120,22 @@ def test_build_strategy_by_name() -> None:
     assert build_strategy("round_robin").name == "round_robin"
     assert build_strategy("weighted").name == "weighted"
     assert build_strategy("least_outstanding").name == "least_outstanding"
+
+
+def test_load_aware_counts_what_other_gateways_run() -> None:
+    pool = states(1, 1)
+    la = LoadAware(waiting_weight=1.0, kv_cache_weight=4.0)
+    pool[0].num_running, pool[0].load_fresh_until = 3, 10.0  # requests other gateways sent it
+    assert la.load(pool[0], 5.0) == 3.0
+    assert {la.choose(pool, (), 5.0, None) for _ in range(4)} == {pool[1]}
+    pool[0].outstanding = 2  # ours are among the 3 it ran at the scrape: not counted twice
+    assert la.load(pool[0], 5.0) == 3.0
+    pool[0].outstanding = 5  # ours sent since the scrape: the live count is the larger
+    assert la.load(pool[0], 5.0) == 5.0
+    assert la.load(pool[0], 11.0) == 5.0  # stale: only the live count
+
+
+def test_ties_start_at_a_different_replica_in_different_processes() -> None:
+    pool = states(1, 1, 1, 1)
+    firsts = {LeastOutstanding().choose(pool, (), 0.0, None) for _ in range(64)}
+    assert len(firsts) > 1  # a fleet of gateways seeing an idle pool spreads its first requests

@@ -7,16 +7,20 @@ history with the model's earlier replies, so a turn's prefill is mostly tokens s
 computed: the one that served the conversation's previous turn. Conversations run 4 at a time, each
 turn after the previous one's answer.
 
-The same workload runs three times, each on freshly started engines (empty prefix caches) and a new
+The same workload runs once per mode, each on freshly started engines (empty prefix caches) and a new
 gateway whose policy differs only in how a replica is picked:
 
 - ``round_robin``: no affinity, no KV events (the balancer's ``round_robin``);
 - ``affinity``: prompt-prefix affinity hashing (``cache.affinity``, the default), no KV events;
 - ``kv``: KV-cache-aware picks (``kv_routing``) from the engines' own KV events.
 
-With ``--gateways 2`` each conversation's turns alternate between two gateway processes (each with
-its own in-memory store, no Redis), as behind a load balancer: prefix affinity only knows the picks
-its own process made, while every gateway hears every engine's KV events.
+With ``--gateways 2`` each conversation's turns alternate between two gateway processes, as behind
+a load balancer. Without ``--redis-url`` each has its own in-memory store: prefix affinity only knows
+the picks its own process made, while every gateway hears every engine's KV events. With
+``--redis-url`` they share one Redis, and with it prefix affinity's map, as a production fleet does.
+
+``affinity`` and ``kv`` balance ``load_aware`` (``--scrape-s``, 0.25 s): each gateway reads what the
+engines run from their ``/metrics``, so it counts the other gateways' requests too.
 
 Reported per mode: TTFT p50/p90 (first streamed chunk, ``max_tokens`` 16), the engines' prefix-cache
 hit rate (``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``, in tokens, summed over the
@@ -24,7 +28,9 @@ replicas), requests per replica and the busiest replica's load over the mean.
 
     python bench/kv_routing.py                        # ~5-8 min on 2 cores
     python bench/kv_routing.py --modes affinity kv --gateways 2
+    python bench/kv_routing.py --modes affinity kv --gateways 2 --redis-url redis://127.0.0.1:6379
     python bench/kv_routing.py --conversations 8 --json-out kv.json
+    python bench/kv_routing.py --modes affinity kv --rounds 3     # medians of 3 runs per mode
 
 On a 2-core machine the 4 engines (plus the gateway and this client) share 2 cores: TTFT includes
 waiting for a core, which grows with every cold prefill any replica runs; the comparison between
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -53,7 +60,7 @@ sys.path.insert(0, str(ROOT))
 from tools.servers.engine_process import EngineProcess  # noqa: E402
 from tools.servers.gateway_process import GatewayProcess  # noqa: E402
 
-MODES = ("round_robin", "affinity", "kv")
+MODES = ("ceiling", "round_robin", "affinity", "kv")
 POOL = "chat"
 WORDS = (
     "account billing invoice refund shipping parcel warehouse router firmware update battery charger "
@@ -80,12 +87,14 @@ def workload(args: argparse.Namespace) -> tuple[list[str], list[tuple[int, Conve
     for c in range(args.conversations):
         document = f"Customer file {c}: {text(rng, args.document_words)}"
         turns = [f"{document}\n\nQuestion 1: {text(rng, 12)}?"]
-        turns += [f"Question {t}: {text(rng, 12)}?" for t in range(2, rng.randint(4, 6) + 1)]
+        turns += [f"Question {t}: {text(rng, 12)}?" for t in range(2, rng.randint(*args.turns) + 1)]
         conversations.append((c % args.systems, turns))
     return systems, conversations
 
 
-def policy(mode: str, engines: dict[str, EngineProcess], tokenizer: Path) -> dict[str, Any]:
+def policy(
+    mode: str, engines: dict[str, EngineProcess], tokenizer: Path, scrape_s: float, shared: bool
+) -> dict[str, Any]:
     document: dict[str, Any] = {
         "version": 1,
         "pools": {
@@ -96,16 +105,20 @@ def policy(mode: str, engines: dict[str, EngineProcess], tokenizer: Path) -> dic
                 ]
             }
         },
-        "auth": {"required": False},
-        "store": {"url_env": None},
+        # a tenant of its own per run and mode: affinity keys in a shared Redis never meet another's
+        "auth": {"required": False, "anonymous_tenant": f"kv-bench-{mode}-{os.getpid()}"},
+        "store": {"url_env": "SORTYARD_REDIS_URL" if shared else None},
         "timeouts": {"connect_s": 5, "first_byte_s": 300, "idle_s": 120, "total_s": 600},
         "retry": {"max_attempts": 1},
         "cache": {"response": {"enabled": False}, "affinity": {"enabled": mode != "round_robin"}},
-        "routing": {"health": {"probe_interval_s": 0}},
+        "routing": {"health": {"probe_interval_s": 0}, "pools": {POOL: {}}},
         "telemetry": {"access_log": False},
     }
     if mode == "round_robin":
-        document["routing"]["pools"] = {POOL: {"strategy": "round_robin"}}
+        document["routing"]["pools"][POOL]["strategy"] = "round_robin"
+    elif scrape_s:  # every gateway sees what the engines run, whichever gateway sent it
+        document["routing"]["pools"][POOL]["strategy"] = "load_aware"
+        document["routing"]["pools"][POOL]["health"] = {"probe_interval_s": 0, "scrape_interval_s": scrape_s}
     if mode == "kv":
         document["kv_routing"] = {
             "pools": {
@@ -172,7 +185,7 @@ def run_mode(
             tokenizer_dir=tokenizer if i == 0 else None,
             extra_args=engine_args,
         )
-        for i in range(args.replicas)
+        for i in range(1 if mode == "ceiling" else args.replicas)
     }
     gateways: list[GatewayProcess] = []
     try:
@@ -181,9 +194,13 @@ def run_mode(
         for engine in engines.values():
             engine.wait_ready()
         path = tmp / f"policy-{mode}.yaml"
-        path.write_text(yaml.safe_dump(policy(mode, engines, tokenizer), sort_keys=False))
-        for _ in range(args.gateways):  # each its own in-memory store, as a fleet without Redis
-            gateways.append(GatewayProcess(path, env={"SORTYARD_CACHE_SALT_SECRET": "bench"}))
+        document = policy(mode, engines, tokenizer, args.scrape_s, bool(args.redis_url))
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        env = {"SORTYARD_CACHE_SALT_SECRET": "bench"}
+        if args.redis_url:  # one store for the fleet: prefix affinity shares its map
+            env["SORTYARD_REDIS_URL"] = args.redis_url
+        for _ in range(args.gateways):  # else each its own in-memory store, as a fleet without Redis
+            gateways.append(GatewayProcess(path, env=env))
         urls = [gateway.wait_ready().url for gateway in gateways]
         before = {label: e.metrics() for label, e in engines.items()}
         systems, conversations = work
@@ -255,6 +272,12 @@ def report(results: list[dict[str, Any]]) -> str:
             f"prefix hits {100 * kv['prefix_hit_rate']:.1f}% (target >= 90%); max/mean load "
             f"{kv['max_over_mean']} (target <= 1.5); KV decisions {kv['kv_decisions']}"
         )
+    if "ceiling" in by_mode and by_mode["ceiling"]["prefix_hit_rate"]:
+        top = by_mode["ceiling"]["prefix_hit_rate"]
+        reached = ", ".join(
+            f"{m} {r['prefix_hit_rate'] / top:.1%}" for m, r in by_mode.items() if m != "ceiling"
+        )
+        lines.append(f"Hit-rate ceiling {100 * top:.1f}% (one engine holding it all); reached: {reached}")
     return "\n".join(lines)
 
 
@@ -266,27 +289,66 @@ def main() -> int:
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--replicas", type=int, default=4)
     parser.add_argument("--conversations", type=int, default=16)
+    parser.add_argument(
+        "--turns", type=int, nargs=2, default=(4, 6), metavar=("MIN", "MAX"), help="turns per conversation"
+    )
     parser.add_argument("--systems", type=int, default=4, help="shared system prompts")
     parser.add_argument("--system-words", type=int, default=220)
     parser.add_argument("--document-words", type=int, default=360)
     parser.add_argument("--gateways", type=int, default=1, help="gateway processes, turns spread over them")
+    parser.add_argument(
+        "--scrape-s",
+        type=float,
+        default=0.25,
+        help="affinity and kv: balance load_aware on the engines' /metrics scraped this often (0: "
+        "least_outstanding, each gateway counting only its own requests)",
+    )
+    parser.add_argument(
+        "--redis-url", help="the gateways share this Redis (prefix affinity's map among them)"
+    )
     parser.add_argument("--concurrency", type=int, default=4, help="conversations at a time")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--kv-cache-mib", type=int, default=1024, help="each engine's KV cache")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of every mode; medians are reported")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json-out")
     args = parser.parse_args()
     work = workload(args)
-    results = []
+    rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="sy-kv-routing-") as tmp:
-        for mode in args.modes:
-            print(f"running {mode} ...", file=sys.stderr, flush=True)
-            results.append(run_mode(mode, args, work, Path(tmp)))
-            print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+        for number in range(args.rounds):  # the modes take turns, so a slow spell hits each alike
+            (Path(tmp) / f"{number}").mkdir()
+            for mode in args.modes:
+                print(f"round {number + 1}: running {mode} ...", file=sys.stderr, flush=True)
+                rounds.append(run_mode(mode, args, work, Path(tmp) / f"{number}"))
+                print(json.dumps(rounds[-1]), file=sys.stderr, flush=True)
+    results = [
+        median_of([r for r in rounds if r["mode"] == mode])
+        for mode in dict.fromkeys(r["mode"] for r in rounds)
+    ]
     print(report(results))
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"results": results}, indent=2))
+        Path(args.json_out).write_text(json.dumps({"results": results, "rounds": rounds}, indent=2))
     return 0
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One mode over its rounds: the median of each figure, the load spread of the median round.
+
+    Which replica a conversation lands on first differs from round to round (the balancer's ties
+    start at a random replica in each gateway process), and with it the load spread: one round says
+    little, the median of a few says more."""
+    if len(runs) == 1:
+        return runs[0]
+    middle = sorted(runs, key=lambda r: r["max_over_mean"])[len(runs) // 2]
+    return {
+        **middle,
+        **{
+            name: statistics.median(r[name] for r in runs)
+            for name in ("wall_s", "ttft_p50_ms", "ttft_p90_ms", "prefix_hit_rate", "max_over_mean")
+        },
+        "rounds": len(runs),
+    }
 
 
 if __name__ == "__main__":

@@ -60,8 +60,7 @@ def policy_file(tmp_path_factory: pytest.TempPathFactory, upstream: FakeUpstream
 
 @pytest.fixture(scope="module")
 def gateway(policy_file: Path) -> Iterator[GatewayServer]:
-    server = GatewayServer(policy_file).start()
-    server.gateway.reloader.poll_interval_s = 3600.0  # from its next look on: the button reloads, not a poll
+    server = GatewayServer(policy_file, settings={"reload_interval_s": 3600}).start()  # the button reloads
     yield server
     server.stop()
 

@@ -15,7 +15,6 @@ import pytest
 
 from gateway.cli.parser import main as cli
 from gateway.keys.hashing import hash_key, new_key
-from gateway.reloader import PolicyReloader
 from tools.servers.fake_upstream import FakeUpstream
 from tools.servers.gateway_server import GatewayServer, fake_policy, write_policy
 
@@ -43,11 +42,8 @@ class Served:
         self.upstream = upstream
         self.policy_path = write_policy(tmp_path / "policy.yaml", _policy(upstream.base_url))
         self.audit_path = tmp_path / "audit.jsonl"
-        reloader = PolicyReloader(
-            self.policy_path, overlay=str(self.policy_path) + ".overlay", poll_interval_s=3600
-        )
         self.server = GatewayServer(
-            self.policy_path, settings={"audit_file": str(self.audit_path)}, reloader=reloader
+            self.policy_path, settings={"audit_file": str(self.audit_path), "reload_interval_s": 3600}
         ).start()
 
     def call(self, method: str, path: str, key: str | None, **kwargs: Any) -> httpx.Response:

@@ -71,8 +71,9 @@ class GatewayServer:
             policy_path=str(policy_path),
             policy_overlay=str(policy_path) + ".overlay",
             port=self.port,
-            reload_interval_s=0.1,
-            **{"drain_timeout_s": 5.0, **(settings or {})},  # a test left hanging never waits 25 s
+            # a test left hanging never waits 25 s; a policy change is seen within 0.1 s unless the
+            # test parks the poller (``settings={"reload_interval_s": 3600}``) to reload it by API
+            **{"reload_interval_s": 0.1, "drain_timeout_s": 5.0, **(settings or {})},
         )
         self.app = create_app(self.settings, **app_kwargs)
         config = uvicorn.Config(

@@ -75,6 +75,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ngram-prompt-lookup-min", type=int, default=1)
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    parser.add_argument(
+        "--background-prefill-tokens",
+        type=int,
+        default=None,
+        help="most prompt tokens a step computes for requests of worse priority classes than the best one "
+        "running or waiting (batch lines beside interactive requests); default 16 on the CPU, no cap on "
+        "CUDA; 0: no cap",
+    )
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument(
         "--kv-cache-bytes", type=int, default=None, help="KV-cache budget in bytes, shared by the models"
@@ -260,6 +268,7 @@ def build_engine(
         ngram_prompt_lookup_min=args.ngram_prompt_lookup_min,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
+        background_prefill_tokens=args.background_prefill_tokens,
         max_model_len=args.max_model_len,
         kv_cache_bytes=None if args.kv_cache_bytes is None else args.kv_cache_bytes // share,
         kv_cache_fraction=defaults.kv_cache_fraction / share,

@@ -27,6 +27,11 @@ class EngineConfig:
     """Most sequences running in one step."""
     max_num_batched_tokens: int = 2048
     """Token budget of one step (decodes plus prefill chunks)."""
+    background_prefill_tokens: int | None = None
+    """Most prompt tokens a step computes, all together, for sequences of a worse priority class than
+    the best one running or waiting (batch lines beside interactive requests), so their prefills add
+    little to the steps they share. None: 16 on the CPU, where every token costs the step its share of
+    the cores, and no cap on CUDA; 0: no cap."""
     max_model_len: int | None = None
     """Prompt plus output limit; default the model's context, capped at 8192."""
     kv_cache_bytes: int | None = None
@@ -98,6 +103,8 @@ class EngineConfig:
             raise ValueError("block_size must be >= 1")
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        if self.background_prefill_tokens is not None and self.background_prefill_tokens < 0:
+            raise ValueError("background_prefill_tokens must be >= 0 (0: no cap)")
         if self.quantization is not None and self.quantization not in QUANTIZATION_METHODS:
             raise ValueError(f"quantization must be None or one of {list(QUANTIZATION_METHODS)}")
         if not 0.0 < self.kv_cache_fraction <= 1.0:
@@ -130,6 +137,15 @@ class EngineConfig:
         """Processes serving the model: ``tensor_parallel_size * pipeline_parallel_size``."""
         return self.tensor_parallel_size * self.pipeline_parallel_size
 
+    def background_prefill_tokens_on(self, device_type: str) -> int:
+        """``background_prefill_tokens`` on a device (``"cpu"``, ``"cuda"``); 0: no cap."""
+        if self.background_prefill_tokens is not None:
+            return self.background_prefill_tokens
+        return CPU_BACKGROUND_PREFILL_TOKENS if device_type == "cpu" else 0
+
+
+CPU_BACKGROUND_PREFILL_TOKENS = 16
+"""The CPU's default ``background_prefill_tokens``."""
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 QUANTIZATION_METHODS = ("int8", "int4")

@@ -2,7 +2,11 @@
 
 Every step gets a token budget (``max_num_batched_tokens``) and a sequence cap (``max_num_seqs``).
 Running sequences go first (a decode costs one token, an unfinished prefill its next chunk), then
-waiting ones in (priority, arrival) order. When blocks run out, the lowest-priority running sequence is
+waiting ones in (priority, arrival) order. A prompt of a better priority class computes in steps of its
+own: while one waits or prefills, running sequences of worse classes sit those steps out (they keep
+their blocks), so an interactive request's first token does not wait on a batch's decodes; they run
+again in the next step without one, and their prompts share ``background_prefill_tokens`` a step while
+a better class runs or waits. When blocks run out, the lowest-priority running sequence is
 preempted by recompute: its blocks are freed and it waits again (its prefix is usually still cached).
 When the pool frees what a sliding window has passed, a sequence may outgrow the pool: only the blocks
 its window reads count, and a chunk is cut to what the whole pool could hold at once.
@@ -92,10 +96,13 @@ class Scheduler:
         token_text: Callable[[int], str] = str,
         proposer: Proposer | None = None,
         speculative_max_batch: int | None = None,
+        background_prefill_tokens: int = 0,
     ) -> None:
         """``eos_token_id`` and ``max_model_len`` stop a sequence (None: never); ``token_text`` is one
         token's text, for logprobs. ``proposer`` turns on speculative decoding for decodes, in steps with
-        fewer than ``speculative_max_batch`` running sequences (None: any)."""
+        fewer than ``speculative_max_batch`` running sequences (None: any). ``background_prefill_tokens``
+        caps the prompt tokens a step gives sequences of worse priority classes than the best one running
+        or waiting (0: no cap)."""
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -104,6 +111,10 @@ class Scheduler:
         self.token_text = token_text
         self.proposer = proposer
         self.speculative_max_batch = speculative_max_batch
+        self.background_prefill_tokens = background_prefill_tokens
+        self._best_class = 0
+        self._background_left: int | None = None
+        """This step's prompt tokens left for worse classes than ``_best_class`` (None: no cap)."""
         self.waiting: list[Sequence] = []  # sorted by sort_key
         self.running: list[Sequence] = []  # sorted by sort_key
         self.forks: dict[int, list[Sequence]] = {}
@@ -147,10 +158,62 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
+        # while a better class runs or waits, worse classes' prompts share one small budget a step
+        queues = [q for q in (self.running, self.waiting) if q]
+        self._best_class = min((q[0].priority for q in queues), default=0)
+        is_mixed = any(q[-1].priority > self._best_class for q in queues)
+        cap = self.background_prefill_tokens
+        self._background_left = cap if cap and is_mixed else None
+        # running first: decodes and unfinished prefill chunks, but classes worse than a prompt's wait
+        prompt_class = self._prompt_class()
+        if prompt_class is None:
+            now, held = list(self.running), []
+        else:
+            num_now = bisect.bisect_right(self.running, prompt_class, key=lambda s: s.priority)
+            now, held = self.running[:num_now], self.running[num_now:]
+        budget, preempted = self._schedule_running(out, now, budget)
+        if self.proposer is not None and budget > 0 and not preempted:
+            budget -= self._speculate(out, budget)
+        # then waiting ones, unless this step already had to preempt
+        num_running = len(out.scheduled)
+        budget, preempted = self._admit_waiting(out, budget, preempted)
+        if held and not preempted and not self._computes_prompt(out, num_running, prompt_class):
+            self._schedule_running(out, held, budget)  # the prompt could not start (no room): run them
+        return out
+
+    def _prompt_class(self) -> int | None:
+        """The best priority class with prompt tokens to compute, when it is better than some running
+        sequence's: a prefill (or a recompute) running, or a waiting sequence with room to start."""
+        if not self.running:
+            return None
+        worst = self.running[-1].priority
+        if self.running[0].priority == worst and (not self.waiting or self.waiting[0].priority >= worst):
+            return None  # one class (the usual case): nothing to hold back
+        classes = [s.priority for s in self.running if s.num_tokens - s.num_computed_tokens > 1]
+        if self.waiting and len(self.running) < self.max_num_seqs:
+            classes.append(self.waiting[0].priority)
+        best = min(classes, default=worst)
+        return best if worst > best else None
+
+    @staticmethod
+    def _computes_prompt(out: SchedulerOutput, num_running: int, prompt_class: int | None) -> bool:
+        """Whether this step computes prompt tokens of ``prompt_class`` or better: a sequence admitted
+        from the waiting queue (after the first ``num_running`` scheduled), or a running prefill."""
+        assert prompt_class is not None
+        for i, item in enumerate(out.scheduled):
+            seq = item.seq
+            if seq.priority <= prompt_class and (
+                i >= num_running or seq.num_tokens - seq.num_computed_tokens > 1
+            ):
+                return True
+        return False
+
+    def _schedule_running(self, out: SchedulerOutput, seqs: list[Sequence], budget: int) -> tuple[int, bool]:
+        """Schedule running ``seqs`` (decodes and prefill chunks) in order; the budget left and whether
+        blocks ran out and a sequence was preempted."""
         bm = self.block_manager
         preempted = False
-        # running first: decodes and unfinished prefill chunks
-        for seq in list(self.running):
+        for seq in seqs:
             if budget == 0:
                 break
             if seq.status is not SequenceStatus.RUNNING:
@@ -160,7 +223,9 @@ class Scheduler:
                 out.finished.append(seq)
                 continue
             start = seq.num_computed_tokens
-            num_new = min(seq.num_tokens - start, budget, bm.max_new_tokens(seq, start))
+            num_new = self._chunk(seq, min(seq.num_tokens - start, budget, bm.max_new_tokens(seq, start)))
+            if num_new == 0:
+                continue  # a worse class's prompt, and this step's background budget is spent
             while not bm.can_append(seq, num_new):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -172,9 +237,22 @@ class Scheduler:
             bm.append_slots(seq, num_new)
             out.scheduled.append(ScheduledSeq(seq, num_new))
             budget -= num_new
-        if self.proposer is not None and budget > 0 and not preempted:
-            budget -= self._speculate(out, budget)
-        # then waiting ones, unless this step already had to preempt
+        return budget, preempted
+
+    def _chunk(self, seq: Sequence, num_new: int) -> int:
+        """``num_new``, or what is left of this step's background budget for a prompt of a worse class
+        than the best one running or waiting (possibly 0)."""
+        if self._background_left is None or seq.priority <= self._best_class:
+            return num_new
+        if seq.num_tokens - seq.num_computed_tokens <= 1:
+            return num_new  # a decode
+        num_new = min(num_new, self._background_left)
+        self._background_left -= num_new
+        return num_new
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int, preempted: bool) -> tuple[int, bool]:
+        """Start waiting sequences in order while the budget, the sequence cap and blocks allow."""
+        bm = self.block_manager
         while self.waiting and budget > 0 and not preempted and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             if not bm.can_ever_fit(seq):
@@ -183,8 +261,8 @@ class Scheduler:
                 continue
             computed = bm.get_computed_blocks(seq)
             start = len(computed) * bm.block_size
-            num_new = min(seq.num_tokens - start, budget, bm.max_new_tokens(seq, start))
-            if not bm.can_allocate(seq, computed, num_new):
+            num_new = self._chunk(seq, min(seq.num_tokens - start, budget, bm.max_new_tokens(seq, start)))
+            if num_new == 0 or not bm.can_allocate(seq, computed, num_new):
                 break
             self.waiting.pop(0)
             bm.allocate(seq, computed, num_new)
@@ -192,7 +270,7 @@ class Scheduler:
             bisect.insort(self.running, seq, key=lambda s: s.sort_key)
             out.scheduled.append(ScheduledSeq(seq, num_new))
             budget -= num_new
-        return out
+        return budget, preempted
 
     def _speculate(self, out: SchedulerOutput, budget: int) -> int:
         """Give this step's decodes the proposer's tokens, as many as the budget, their limits and free

@@ -189,3 +189,26 @@ def test_outputs_say_when_a_request_was_first_scheduled(make_engine: EngineFacto
     [a], [b] = seen["a"], seen["b"]  # one value per request, from its first output on
     assert a is not None and b is not None
     assert before <= a < b  # "b" queued until "a" finished
+
+
+def test_priority_classes_reorder_steps_never_tokens(make_engine: EngineFactory) -> None:
+    """Worse classes sit out a better class's prompt steps and chunk their own prompts beside it; what
+    each request answers does not change."""
+    prompts = [[(7 * i + j) % 200 + 1 for j in range(5 + 9 * i)] for i in range(6)]
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    reference = make_engine()
+    assert reference.scheduler.background_prefill_tokens == 16  # the CPU's default
+    expected = run_all(reference, [(f"r{i}", p) for i, p in enumerate(prompts)], params)
+    engine = make_engine(background_prefill_tokens=3)
+    engine.add_request("r0", prompts[0], params, priority=1)
+    engine.step()  # a batch line is running when the better class arrives: it sits their prompts out
+    for i in (1, 2):
+        engine.add_request(f"r{i}", prompts[i], params, priority=0)
+    engine.step()
+    for i in (3, 4, 5):  # more batch lines: their prompts compute 3 tokens a step beside the others
+        engine.add_request(f"r{i}", prompts[i], params, priority=1)
+    got = run_all(engine, [], params)
+    assert {r: o.outputs[0].token_ids for r, o in got.items()} == {
+        r: o.outputs[0].token_ids for r, o in expected.items()
+    }
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks

@@ -99,6 +99,93 @@ def test_priority_orders_admission() -> None:
     assert s.schedule().scheduled[0].seq is high
 
 
+def scheduled(out: SchedulerOutput) -> list[Sequence]:
+    return [item.seq for item in out.scheduled]
+
+
+def test_a_better_class_prompt_computes_without_worse_classes_decodes() -> None:
+    s = make()
+    batch = [seq(3, priority=1), seq(3, priority=1)]
+    for b in batch:
+        s.add(b)
+    advance(s.schedule(), s.block_manager)  # both batch prompts done: decodes from here
+    interactive = seq(5, priority=0)
+    s.add(interactive)
+    out = s.schedule()
+    assert scheduled(out) == [interactive]  # its first token waits on no batch decode
+    assert all(b.status is SequenceStatus.RUNNING and b.block_table for b in batch)  # kept their blocks
+    advance(out, s.block_manager)
+    assert scheduled(s.schedule()) == [interactive, *batch]  # its decodes share steps again
+    s.block_manager.check_invariants(s.live_seqs)
+
+
+def test_worse_classes_wait_through_every_chunk_of_a_better_class_prompt() -> None:
+    s = make(budget=4)
+    batch = seq(2, priority=1)
+    s.add(batch)
+    advance(s.schedule(), s.block_manager)
+    interactive = seq(10, priority=0)
+    s.add(interactive)
+    for num_new in (4, 4, 2):  # chunked by the budget of 4
+        out = s.schedule()
+        assert scheduled(out) == [interactive] and out.scheduled[0].num_new_tokens == num_new
+        advance(out, s.block_manager)
+    assert scheduled(s.schedule()) == [interactive, batch]
+
+
+def test_worse_classes_run_when_the_better_prompt_cannot_start() -> None:
+    s = make(max_num_seqs=2)
+    batch = [seq(3, priority=1), seq(3, priority=1)]
+    for b in batch:
+        s.add(b)
+    advance(s.schedule(), s.block_manager)
+    s.add(seq(3, priority=0))  # no room under max_num_seqs: holding the batch back would gain nothing
+    assert scheduled(s.schedule()) == batch
+
+
+def test_one_class_steps_mix_prefill_and_decodes_as_before() -> None:
+    s = make()
+    first = seq(3, priority=2)
+    s.add(first)
+    advance(s.schedule(), s.block_manager)
+    late = seq(3, priority=2)
+    s.add(late)
+    assert scheduled(s.schedule()) == [first, late]
+    worse = seq(3, priority=5)  # a worse class arriving holds back nobody
+    s.add(worse)
+    assert scheduled(s.schedule()) == [first, late, worse]
+
+
+def test_worse_class_prompts_compute_in_small_chunks_beside_a_better_class() -> None:
+    s = Scheduler(BlockManager(64, 4), max_num_seqs=8, max_num_batched_tokens=32, background_prefill_tokens=4)
+    interactive = seq(3, priority=0)
+    s.add(interactive)
+    advance(s.schedule(), s.block_manager)  # interactive decodes from here
+    batch = seq(10, priority=1)
+    s.add(batch)
+    chunks: list[dict[int, int]] = []
+    while batch.num_computed_tokens < batch.num_tokens - 1 or not chunks:
+        out = s.schedule()
+        chunks.append({item.seq.seq_id: item.num_new_tokens for item in out.scheduled})
+        advance(out, s.block_manager)
+    assert chunks == [{interactive.seq_id: 1, batch.seq_id: 4}] * 2 + [
+        {interactive.seq_id: 1, batch.seq_id: 2}
+    ]
+    s.finish(interactive, "stop")
+    late = seq(10, priority=1)
+    s.add(late)
+    assert s.schedule().scheduled[-1].num_new_tokens == 10  # no better class runs: no cap
+
+
+def test_worse_class_prompts_share_one_small_budget_a_step() -> None:
+    s = Scheduler(BlockManager(64, 4), max_num_seqs=8, max_num_batched_tokens=32, background_prefill_tokens=6)
+    first, second, interactive = seq(10, priority=1), seq(10, priority=1), seq(3, priority=0)
+    for each in (first, second, interactive):
+        s.add(each)
+    out = s.schedule()  # all waiting: the interactive prompt first, whole; the batch's share 6 tokens
+    assert [(item.seq, item.num_new_tokens) for item in out.scheduled] == [(interactive, 3), (first, 6)]
+
+
 def test_preemption_frees_the_latest_and_requeues_it() -> None:
     s = make(num_blocks=4, block_size=4, budget=64)
     a, b = seq(8), seq(8)
@@ -192,9 +279,11 @@ def test_a_preempted_long_sequence_resumes_from_its_cached_window() -> None:
     s = make(num_blocks=5, block_size=4, budget=64, window=6)  # 20 slots
     a = seq(5)
     s.add(a)
-    for _ in range(23):
+    for _ in range(24):
         advance(s.schedule(), s.block_manager)
-    b = seq(4, priority=-1)  # runs first: when both need a third block, a is the one preempted
+    # b runs first: its prompt computes in a step of its own (a sits it out), and when both need a
+    # third block, a is the one preempted
+    b = seq(4, priority=-1)
     s.add(b)
     resumed_at = None
     for _ in range(30):

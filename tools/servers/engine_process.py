@@ -1,5 +1,5 @@
-"""The reference engine as a real process (``python -m backends.server``) that publishes its KV-cache
-events, for the KV-aware routing test and benchmark.
+"""The reference engine as a real process (``python -m backends.server``), publishing its KV-cache
+events unless told not to, for the KV-aware routing test and the benchmarks that need a real engine.
 
 Each engine binds its PUB and replay sockets on fixed loopback ports chosen at construction, so a
 restart (``stop`` then ``start``) comes back where the gateway's SUB sockets already point, as an
@@ -35,6 +35,7 @@ class EngineProcess:
         tokenizer_dir: Path | None = None,
         extra_args: tuple[str, ...] = (),
         num_threads: int = 1,
+        kv_events: bool = True,
     ) -> None:
         self.model = model
         self.name = name
@@ -42,6 +43,7 @@ class EngineProcess:
         self.tokenizer_dir = tokenizer_dir
         self.extra_args = extra_args
         self.num_threads = num_threads
+        self.kv_events = kv_events
         self.port, self.events_port, self.replay_port = free_port(), free_port(), free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -68,8 +70,9 @@ class EngineProcess:
         }
         command = [sys.executable, "-m", "backends.server", "--model", f"{self.name}={self.model}",
                    "--port", str(self.port), "--num-threads", str(self.num_threads),
-                   "--embedding-model", "none", "--log-level", "warning",
-                   "--kv-events-config", json.dumps(events), *self.extra_args]  # fmt: skip
+                   "--embedding-model", "none", "--log-level", "warning", *self.extra_args]  # fmt: skip
+        if self.kv_events:
+            command += ["--kv-events-config", json.dumps(events)]
         if self.tokenizer_dir is not None:
             command += ["--export-tokenizer", str(self.tokenizer_dir)]
         return command

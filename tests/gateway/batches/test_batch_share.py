@@ -14,7 +14,7 @@ def test_the_bench_reports_both_phases_and_the_batch() -> None:
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    result = bench.main(["--lines", "20", "--seconds", "0.3", "--clients", "1"])
+    result = bench.main(["--lines", "20", "--seconds", "0.3", "--warmup-s", "0", "--clients", "1"])
     for phase in ("batch_alone", "batch_with_interactive"):
         assert result[phase]["status"] == "completed" and result[phase]["completed"] == 20
         assert result[phase]["lines_per_s"] > 0

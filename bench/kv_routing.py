@@ -61,6 +61,8 @@ from tools.servers.engine_process import EngineProcess  # noqa: E402
 from tools.servers.gateway_process import GatewayProcess  # noqa: E402
 
 MODES = ("ceiling", "round_robin", "affinity", "kv")
+CEILING_KV_CACHE_MIB = 1024
+"""The ceiling's one engine: room for every conversation of the workload, so nothing is evicted."""
 POOL = "chat"
 WORDS = (
     "account billing invoice refund shipping parcel warehouse router firmware update battery charger "
@@ -168,11 +170,13 @@ def converse(urls: list[str], system: str, turns: Conversation, max_tokens: int,
 def run_mode(
     mode: str, args: argparse.Namespace, work: tuple[list[str], list[tuple[int, Conversation]]], tmp: Path
 ) -> dict[str, Any]:
+    # the ceiling is what a cache that never evicts reaches, whatever cache the replicas get
+    kv_cache_mib = max(args.kv_cache_mib, CEILING_KV_CACHE_MIB) if mode == "ceiling" else args.kv_cache_mib
     engine_args = (
         "--max-model-len",
         "4096",
         "--kv-cache-bytes",
-        str(args.kv_cache_mib << 20),
+        str(kv_cache_mib << 20),
         "--max-num-seqs",
         "8",
     )

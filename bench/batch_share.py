@@ -4,16 +4,17 @@
     python bench/batch_share.py --engine [--slots 4] [--reserve 2] [--max-tokens 16]
 
 One gateway on loopback (uvicorn in a thread, the batch runner in its process) in front of the fake
-upstream, whose ``slow-start`` model answers after ``--upstream-ms``; or, with ``--engine``, in front of
-``make run``'s engine (the reference engine serving SmolLM2-135M-Instruct in its own process, every
-answer ``--max-tokens`` long). The pool takes ``--slots`` requests at once and queues the rest
-(``routing.pools.<pool>.queue``; ``--slots 0``: no queue, every request goes straight to the engine,
-as in ``make run``'s default policy); batch lines leave ``--reserve`` of them free for interactive
-streams (``queue.interactive_reserve``). Batch lines reach the engine at the lowest priority class,
-which its scheduler admits last. Interactive clients stream chat completions back to back. The bench
-runs the clients alone, the batch alone, both, then the clients alone again (the two alone phases are
-the baseline), and reports the clients' TTFT p50 and p90 (to the first token of text), its rise with the
-batch, and the batch's throughput (lines a second, from its creation to ``completed``) each way.
+upstream, whose ``slow-start`` model answers after ``--upstream-ms``; or, with ``--engine``, a gateway
+process in front of ``make run``'s engine (the reference engine serving SmolLM2-135M-Instruct in a
+process of its own, every answer ``--max-tokens`` long). The pool takes ``--slots`` requests at once
+and queues the rest (``routing.pools.<pool>.queue``; ``--slots 0``: no queue, every request goes
+straight to the engine, as in ``make run``'s default policy); batch lines leave ``--reserve`` of them
+free for interactive streams (``queue.interactive_reserve``). Batch lines reach the engine at the
+lowest priority class, which its scheduler admits last. Interactive clients stream chat completions
+back to back. The bench runs the clients alone, the batch alone, both, then the clients alone again
+(the two alone phases are the baseline), and reports the clients' TTFT p50 and p90 (to the first
+token of text), its rise with the batch, and the batch's throughput (lines a second, from its
+creation to ``completed``) each way.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gateway.keys.hashing import hash_key, new_key
 from tools.servers.engine_process import EngineProcess
 from tools.servers.fake_upstream import FakeUpstream
+from tools.servers.gateway_process import GatewayProcess
 from tools.servers.gateway_server import GatewayServer, write_policy
 
 KEY = new_key()
@@ -198,7 +200,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as tmp, upstream_for(args, Path(tmp)) as replica:
         path = write_policy(Path(tmp) / "policy.yaml", policy(replica, Path(tmp) / "files", args))
-        server = GatewayServer(path).start()  # create_app serves the batch routes and runs the runner
+        # create_app serves the batch routes and runs the runner; beside the engine, the gateway is a
+        # process of its own, as in make run, so these clients do not share its interpreter
+        server = GatewayProcess(path).wait_ready() if args.engine else GatewayServer(path).start()
         try:
             run_clients(server.url, args.clients, args.max_tokens, lambda: time.sleep(args.warmup_s))
             alone = run_clients(server.url, args.clients, args.max_tokens, lambda: time.sleep(args.seconds))

@@ -21,6 +21,7 @@ from gateway.app import create_app
 from gateway.compiled import compile_policy
 from gateway.http_protocol import guarded_protocol
 from gateway.settings import Settings
+from gateway.stores.base import StoreUnavailable
 from tools.servers.redis_server import free_port
 
 
@@ -116,10 +117,23 @@ class GatewayServer:
 
     def settle(self, timeout_s: float = 10.0) -> GatewayServer:
         """Return once every request answered so far has finished its after-response work and the
-        store has written what it batched (see ``Gateway.settle``)."""
+        store has written what it batched (see ``Gateway.settle``). A write Redis did not take in time
+        is kept and sent again, so a slow round trip on a loaded machine is waited out, up to
+        ``timeout_s``; past it, the store's ``StoreUnavailable`` is raised."""
         assert self.loop is not None, "not started"
-        asyncio.run_coroutine_threadsafe(self.gateway.settle(), self.loop).result(timeout_s)
+        deadline = time.monotonic() + timeout_s * 0.9
+        asyncio.run_coroutine_threadsafe(self._settle(deadline), self.loop).result(timeout_s)
         return self
+
+    async def _settle(self, deadline: float) -> None:
+        while True:
+            try:
+                await self.gateway.settle()
+                return
+            except StoreUnavailable:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.05)
 
     def compile_with(self, environ: dict[str, str]) -> GatewayServer:
         """Serve the same policy compiled against ``environ`` (its ``SORTYARD_*`` telemetry

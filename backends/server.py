@@ -83,6 +83,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "running or waiting (batch lines beside interactive requests); default 16 on the CPU, no cap on "
         "CUDA; 0: no cap",
     )
+    parser.add_argument(
+        "--background-decode-seqs",
+        type=int,
+        default=None,
+        help="most decodes of worse priority classes in a step a better class decodes in (batch lines "
+        "beside interactive streams); default 2 on the CPU, no cap on CUDA; 0: no cap",
+    )
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument(
         "--kv-cache-bytes", type=int, default=None, help="KV-cache budget in bytes, shared by the models"
@@ -269,6 +276,7 @@ def build_engine(
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         background_prefill_tokens=args.background_prefill_tokens,
+        background_decode_seqs=args.background_decode_seqs,
         max_model_len=args.max_model_len,
         kv_cache_bytes=None if args.kv_cache_bytes is None else args.kv_cache_bytes // share,
         kv_cache_fraction=defaults.kv_cache_fraction / share,

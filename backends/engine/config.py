@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backends.engine.background import BackgroundLimits
 from backends.engine.kv_events.config import KVEventsConfig
 
 
@@ -32,6 +33,10 @@ class EngineConfig:
     the best one running or waiting (batch lines beside interactive requests), so their prefills add
     little to the steps they share. None: 16 on the CPU, where every token costs the step its share of
     the cores, and no cap on CUDA; 0: no cap."""
+    background_decode_seqs: int | None = None
+    """Most decodes of worse priority classes in a step a better class decodes in (batch lines beside
+    interactive streams; the earliest-arrived run, the others wait a step). None: 2 on the CPU, where
+    every row costs the step its share of the cores, and no cap on CUDA; 0: no cap."""
     max_model_len: int | None = None
     """Prompt plus output limit; default the model's context, capped at 8192."""
     kv_cache_bytes: int | None = None
@@ -103,8 +108,9 @@ class EngineConfig:
             raise ValueError("block_size must be >= 1")
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
-        if self.background_prefill_tokens is not None and self.background_prefill_tokens < 0:
-            raise ValueError("background_prefill_tokens must be >= 0 (0: no cap)")
+        for name in ("background_prefill_tokens", "background_decode_seqs"):
+            if (getattr(self, name) or 0) < 0:
+                raise ValueError(f"{name} must be >= 0 (0: no cap)")
         if self.quantization is not None and self.quantization not in QUANTIZATION_METHODS:
             raise ValueError(f"quantization must be None or one of {list(QUANTIZATION_METHODS)}")
         if not 0.0 < self.kv_cache_fraction <= 1.0:
@@ -137,15 +143,19 @@ class EngineConfig:
         """Processes serving the model: ``tensor_parallel_size * pipeline_parallel_size``."""
         return self.tensor_parallel_size * self.pipeline_parallel_size
 
-    def background_prefill_tokens_on(self, device_type: str) -> int:
-        """``background_prefill_tokens`` on a device (``"cpu"``, ``"cuda"``); 0: no cap."""
-        if self.background_prefill_tokens is not None:
-            return self.background_prefill_tokens
-        return CPU_BACKGROUND_PREFILL_TOKENS if device_type == "cpu" else 0
+    def background_on(self, device_type: str) -> BackgroundLimits:
+        """Worse priority classes' share of a step on a device (``"cpu"``, ``"cuda"``): the configured
+        caps, else the CPU's defaults on the CPU and none on CUDA."""
+        is_cpu = device_type == "cpu"
+        tokens, seqs = self.background_prefill_tokens, self.background_decode_seqs
+        return BackgroundLimits(
+            prefill_tokens=tokens if tokens is not None else CPU_BACKGROUND.prefill_tokens * is_cpu,
+            decode_seqs=seqs if seqs is not None else CPU_BACKGROUND.decode_seqs * is_cpu,
+        )
 
 
-CPU_BACKGROUND_PREFILL_TOKENS = 16
-"""The CPU's default ``background_prefill_tokens``."""
+CPU_BACKGROUND = BackgroundLimits(prefill_tokens=16, decode_seqs=2)
+"""The CPU's default share of a step for worse priority classes."""
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 QUANTIZATION_METHODS = ("int8", "int4")

@@ -149,7 +149,7 @@ class LLMEngine:
             token_text=self.tokenizer.token_text,
             proposer=self.proposer,
             speculative_max_batch=config.speculative_max_batch,
-            background_prefill_tokens=config.background_prefill_tokens_on(self.device.type),
+            background=config.background_on(self.device.type),
         )
         self.runner = ModelRunner(
             model,

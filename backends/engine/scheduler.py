@@ -4,10 +4,12 @@ Every step gets a token budget (``max_num_batched_tokens``) and a sequence cap (
 Running sequences go first (a decode costs one token, an unfinished prefill its next chunk), then
 waiting ones in (priority, arrival) order. A prompt of a better priority class computes in steps of its
 own: while one waits or prefills, running sequences of worse classes sit those steps out (they keep
-their blocks), so an interactive request's first token does not wait on a batch's decodes; they run
-again in the next step without one, and their prompts share ``background_prefill_tokens`` a step while
-a better class runs or waits. When blocks run out, the lowest-priority running sequence is
-preempted by recompute: its blocks are freed and it waits again (its prefix is usually still cached).
+their blocks) and no prompt of a worse class starts beside it, so an interactive request's first token
+waits on no batch work; they run again in the next step without one, and their prompts share
+a small share of each step while a better class runs or waits (``background.BackgroundShare``: a
+few prompt tokens, and a few decodes beside a better class's). When blocks run out, the
+lowest-priority running sequence is preempted by recompute: its blocks are freed and it waits again
+(its prefix is usually still cached).
 When the pool frees what a sliding window has passed, a sequence may outgrow the pool: only the blocks
 its window reads count, and a chunk is cut to what the whole pool could hold at once.
 
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from backends.engine.background import BackgroundLimits, BackgroundShare
 from backends.engine.detokenizer import append_text
 from backends.engine.kv_groups import KVBlocks
 from backends.engine.outputs import Logprob
@@ -96,13 +99,12 @@ class Scheduler:
         token_text: Callable[[int], str] = str,
         proposer: Proposer | None = None,
         speculative_max_batch: int | None = None,
-        background_prefill_tokens: int = 0,
+        background: BackgroundLimits = BackgroundLimits(),
     ) -> None:
         """``eos_token_id`` and ``max_model_len`` stop a sequence (None: never); ``token_text`` is one
         token's text, for logprobs. ``proposer`` turns on speculative decoding for decodes, in steps with
-        fewer than ``speculative_max_batch`` running sequences (None: any). ``background_prefill_tokens``
-        caps the prompt tokens a step gives sequences of worse priority classes than the best one running
-        or waiting (0: no cap)."""
+        fewer than ``speculative_max_batch`` running sequences (None: any). ``background`` caps what a
+        step gives sequences of worse priority classes than the best one present (none: no caps)."""
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -111,10 +113,7 @@ class Scheduler:
         self.token_text = token_text
         self.proposer = proposer
         self.speculative_max_batch = speculative_max_batch
-        self.background_prefill_tokens = background_prefill_tokens
-        self._best_class = 0
-        self._background_left: int | None = None
-        """This step's prompt tokens left for worse classes than ``_best_class`` (None: no cap)."""
+        self.background = BackgroundShare(background)
         self.waiting: list[Sequence] = []  # sorted by sort_key
         self.running: list[Sequence] = []  # sorted by sort_key
         self.forks: dict[int, list[Sequence]] = {}
@@ -158,12 +157,7 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
-        # while a better class runs or waits, worse classes' prompts share one small budget a step
-        queues = [q for q in (self.running, self.waiting) if q]
-        self._best_class = min((q[0].priority for q in queues), default=0)
-        is_mixed = any(q[-1].priority > self._best_class for q in queues)
-        cap = self.background_prefill_tokens
-        self._background_left = cap if cap and is_mixed else None
+        self.background.start_step(self.running, self.waiting)  # worse classes' share of this step
         # running first: decodes and unfinished prefill chunks, but classes worse than a prompt's wait
         prompt_class = self._prompt_class()
         if prompt_class is None:
@@ -189,7 +183,7 @@ class Scheduler:
         worst = self.running[-1].priority
         if self.running[0].priority == worst and (not self.waiting or self.waiting[0].priority >= worst):
             return None  # one class (the usual case): nothing to hold back
-        classes = [s.priority for s in self.running if s.num_tokens - s.num_computed_tokens > 1]
+        classes = [s.priority for s in self.running if s.has_prompt_left]
         if self.waiting and len(self.running) < self.max_num_seqs:
             classes.append(self.waiting[0].priority)
         best = min(classes, default=worst)
@@ -202,9 +196,7 @@ class Scheduler:
         assert prompt_class is not None
         for i, item in enumerate(out.scheduled):
             seq = item.seq
-            if seq.priority <= prompt_class and (
-                i >= num_running or seq.num_tokens - seq.num_computed_tokens > 1
-            ):
+            if seq.priority <= prompt_class and (i >= num_running or seq.has_prompt_left):
                 return True
         return False
 
@@ -223,9 +215,10 @@ class Scheduler:
                 out.finished.append(seq)
                 continue
             start = seq.num_computed_tokens
-            num_new = self._chunk(seq, min(seq.num_tokens - start, budget, bm.max_new_tokens(seq, start)))
+            num_new = min(seq.num_tokens - start, budget, bm.max_new_tokens(seq, start))
+            num_new = self.background.grant(seq, num_new)
             if num_new == 0:
-                continue  # a worse class's prompt, and this step's background budget is spent
+                continue  # a worse class's, and this step's share for them is spent
             while not bm.can_append(seq, num_new):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -239,33 +232,29 @@ class Scheduler:
             budget -= num_new
         return budget, preempted
 
-    def _chunk(self, seq: Sequence, num_new: int) -> int:
-        """``num_new``, or what is left of this step's background budget for a prompt of a worse class
-        than the best one running or waiting (possibly 0)."""
-        if self._background_left is None or seq.priority <= self._best_class:
-            return num_new
-        if seq.num_tokens - seq.num_computed_tokens <= 1:
-            return num_new  # a decode
-        num_new = min(num_new, self._background_left)
-        self._background_left -= num_new
-        return num_new
-
     def _admit_waiting(self, out: SchedulerOutput, budget: int, preempted: bool) -> tuple[int, bool]:
-        """Start waiting sequences in order while the budget, the sequence cap and blocks allow."""
+        """Start waiting sequences in order while the budget, the sequence cap and blocks allow, but
+        none of a worse class than a prompt this step already computes."""
         bm = self.block_manager
+        prompts = [item.seq.priority for item in out.scheduled if item.seq.has_prompt_left]
+        prompt_class = min(prompts, default=None)
         while self.waiting and budget > 0 and not preempted and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
+            if prompt_class is not None and seq.priority > prompt_class:
+                break  # the better prompt's step is its own: this one starts in a later step
             if not bm.can_ever_fit(seq):
                 self.finish(seq, "length")
                 out.finished.append(seq)
                 continue
             computed = bm.get_computed_blocks(seq)
             start = len(computed) * bm.block_size
-            num_new = self._chunk(seq, min(seq.num_tokens - start, budget, bm.max_new_tokens(seq, start)))
+            num_new = min(seq.num_tokens - start, budget, bm.max_new_tokens(seq, start))
+            num_new = self.background.grant(seq, num_new)
             if num_new == 0 or not bm.can_allocate(seq, computed, num_new):
                 break
             self.waiting.pop(0)
             bm.allocate(seq, computed, num_new)
+            prompt_class = seq.priority  # (never worse than before: waiting is in class order)
             seq.status = SequenceStatus.RUNNING
             bisect.insort(self.running, seq, key=lambda s: s.sort_key)
             out.scheduled.append(ScheduledSeq(seq, num_new))

@@ -98,6 +98,11 @@ class Sequence:
         return self.token_ids[self.num_prompt_tokens :]
 
     @property
+    def has_prompt_left(self) -> bool:
+        """Tokens beyond the last one are still to compute: a prefill (or a recompute), not a decode."""
+        return len(self.token_ids) - self.num_computed_tokens > 1
+
+    @property
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
 

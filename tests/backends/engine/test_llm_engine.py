@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from backends.engine.background import BackgroundLimits
 from backends.engine.sampling_params import SamplingParams
 from tests.backends.engine.conftest import EngineFactory
 from tests.backends.engine.tiny import EOS_ID
@@ -197,9 +198,9 @@ def test_priority_classes_reorder_steps_never_tokens(make_engine: EngineFactory)
     prompts = [[(7 * i + j) % 200 + 1 for j in range(5 + 9 * i)] for i in range(6)]
     params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     reference = make_engine()
-    assert reference.scheduler.background_prefill_tokens == 16  # the CPU's default
+    assert reference.scheduler.background.limits == BackgroundLimits(16, 2)  # the CPU's defaults
     expected = run_all(reference, [(f"r{i}", p) for i, p in enumerate(prompts)], params)
-    engine = make_engine(background_prefill_tokens=3)
+    engine = make_engine(background_prefill_tokens=3, background_decode_seqs=1)
     engine.add_request("r0", prompts[0], params, priority=1)
     engine.step()  # a batch line is running when the better class arrives: it sits their prompts out
     for i in (1, 2):

@@ -150,40 +150,32 @@ def test_one_class_steps_mix_prefill_and_decodes_as_before() -> None:
     advance(s.schedule(), s.block_manager)
     late = seq(3, priority=2)
     s.add(late)
-    assert scheduled(s.schedule()) == [first, late]
-    worse = seq(3, priority=5)  # a worse class arriving holds back nobody
+    out = s.schedule()
+    assert scheduled(out) == [first, late]
+    worse = seq(3, priority=5)  # a worse class arriving holds back nobody running...
     s.add(worse)
+    assert scheduled(s.schedule()) == [first, late]  # ...and starts once late's prompt is computed
+    advance(out, s.block_manager)
     assert scheduled(s.schedule()) == [first, late, worse]
 
 
-def test_worse_class_prompts_compute_in_small_chunks_beside_a_better_class() -> None:
-    s = Scheduler(BlockManager(64, 4), max_num_seqs=8, max_num_batched_tokens=32, background_prefill_tokens=4)
+def test_a_worse_class_prompt_never_starts_beside_a_better_one() -> None:
+    s = make()
     interactive = seq(3, priority=0)
     s.add(interactive)
-    advance(s.schedule(), s.block_manager)  # interactive decodes from here
-    batch = seq(10, priority=1)
+    advance(s.schedule(), s.block_manager)  # it decodes from here
+    batch = seq(3, priority=1)
     s.add(batch)
-    chunks: list[dict[int, int]] = []
-    while batch.num_computed_tokens < batch.num_tokens - 1 or not chunks:
-        out = s.schedule()
-        chunks.append({item.seq.seq_id: item.num_new_tokens for item in out.scheduled})
-        advance(out, s.block_manager)
-    assert chunks == [{interactive.seq_id: 1, batch.seq_id: 4}] * 2 + [
-        {interactive.seq_id: 1, batch.seq_id: 2}
-    ]
-    s.finish(interactive, "stop")
-    late = seq(10, priority=1)
+    assert scheduled(s.schedule()) == [interactive, batch]  # beside a decode, it starts
+    s.finish(batch, "stop")
+    batch, late = seq(3, priority=1), seq(5, priority=0)
+    s.add(batch)
     s.add(late)
-    assert s.schedule().scheduled[-1].num_new_tokens == 10  # no better class runs: no cap
-
-
-def test_worse_class_prompts_share_one_small_budget_a_step() -> None:
-    s = Scheduler(BlockManager(64, 4), max_num_seqs=8, max_num_batched_tokens=32, background_prefill_tokens=6)
-    first, second, interactive = seq(10, priority=1), seq(10, priority=1), seq(3, priority=0)
-    for each in (first, second, interactive):
-        s.add(each)
-    out = s.schedule()  # all waiting: the interactive prompt first, whole; the batch's share 6 tokens
-    assert [(item.seq, item.num_new_tokens) for item in out.scheduled] == [(interactive, 3), (first, 6)]
+    out = s.schedule()
+    assert scheduled(out) == [interactive, late]  # late's prompt computes, so the batch's waits
+    advance(out, s.block_manager)
+    assert scheduled(s.schedule()) == [interactive, late, batch]
+    s.block_manager.check_invariants(s.live_seqs)
 
 
 def test_preemption_frees_the_latest_and_requeues_it() -> None:

@@ -60,7 +60,6 @@ def policy(replica: dict[str, Any], files_dir: Path, args: argparse.Namespace) -
         "batches": {
             "files_dir": str(files_dir),
             "concurrency": args.batch_concurrency,
-            "poll_interval_s": 0.05,
         },
     }
 
@@ -134,13 +133,14 @@ def quantiles_ms(values: list[float]) -> dict[str, float | None]:
     return {"p50_ms": round(statistics.median(values) * 1000, 1), "p90_ms": round(p90 * 1000, 1)}
 
 
-def run_batch(api: httpx.Client, file_id: str) -> dict[str, Any]:
-    """Create a batch of ``file_id``, wait until it ends; its status, counts and lines a second."""
+def run_batch(api: httpx.Client, file_id: str, poll_s: float) -> dict[str, Any]:
+    """Create a batch of ``file_id``, wait until it ends (asking every ``poll_s``); its status, counts
+    and lines a second."""
     body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
     start = time.perf_counter()
     batch_id = api.post("/v1/batches", json=body).json()["id"]
     while (batch := api.get(f"/v1/batches/{batch_id}").json())["status"] not in FINAL:
-        time.sleep(0.05)
+        time.sleep(poll_s)
     seconds = time.perf_counter() - start
     counts = batch["request_counts"]
     return {
@@ -196,6 +196,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--engine-threads", type=int, default=2, help="the engine's torch threads")
     parser.add_argument("--engine-args", default="", help="more options for the engine's command line")
     parser.add_argument("--max-tokens", type=int, default=16, help="every answer's length")
+    parser.add_argument(
+        "--poll-s", type=float, default=0.25, help="how often the bench asks whether the batch is over"
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp, upstream_for(args, Path(tmp)) as replica:
@@ -210,10 +213,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             with httpx.Client(base_url=server.url, headers=headers, timeout=60) as api:
                 files = {"file": ("batch.jsonl", batch_file(args.lines, args.max_tokens))}
                 file_id = api.post("/v1/files", files=files, data={"purpose": "batch"}).json()["id"]
-                batch_alone = run_batch(api, file_id)
+                batch_alone = run_batch(api, file_id, args.poll_s)
                 made: dict[str, Any] = {}
                 shared = run_clients(
-                    server.url, args.clients, args.max_tokens, lambda: made.update(run_batch(api, file_id))
+                    server.url,
+                    args.clients,
+                    args.max_tokens,
+                    lambda: made.update(run_batch(api, file_id, args.poll_s)),
                 )
             # the clients alone once more: the baseline is both phases, so a machine that drifts
             # during the run does not read as the batch's cost

@@ -48,7 +48,7 @@ class BatchFeature:
         policy = gateway.policy
         self.service = BatchService(state or build_batch_state(policy), policy.batches.files_dir, clock=clock)
         self.runner = BatchRunner(gateway, self.service, observer, BatchMetrics(gateway.metrics.registry))
-        self.routes = batch_routes(gateway, self.service)
+        self.routes = batch_routes(gateway, self.service, self.runner.wake)
 
     async def start(self) -> None:
         self.runner.start()

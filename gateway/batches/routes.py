@@ -18,6 +18,7 @@ file or batch is a 404. Errors are OpenAI-shaped; a store that cannot answer is 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -51,10 +52,14 @@ def _json(document: Any) -> Response[bytes]:
     return Response(content=_encode(document), media_type=MediaType.JSON)
 
 
-def batch_routes(gateway: Gateway, service: BatchService) -> list[HTTPRouteHandler]:
-    """The routes, bound to ``gateway`` (its policy, keys and client limits) and ``service``. The upload
-    bound is the policy's ``batches.max_file_bytes`` when the routes are built (a change needs a
-    restart); a smaller one in a reloaded policy is checked on each upload."""
+def batch_routes(
+    gateway: Gateway, service: BatchService, wake: Callable[[], None] = lambda: None
+) -> list[HTTPRouteHandler]:
+    """The routes, bound to ``gateway`` (its policy, keys and client limits) and ``service``; ``wake``
+    (this process's runner) is called when a batch is made or cancelled, so it starts or ends without
+    waiting for the runner's next poll. The upload bound is the policy's ``batches.max_file_bytes`` when
+    the routes are built (a change needs a restart); a smaller one in a reloaded policy is checked on
+    each upload."""
     max_upload_bytes = gateway.policy.batches.max_file_bytes + MULTIPART_OVERHEAD_BYTES
 
     async def caller(request: Request[Any, Any, Any]) -> tuple[str, ApiKey | None]:
@@ -150,6 +155,7 @@ def batch_routes(gateway: Gateway, service: BatchService) -> list[HTTPRouteHandl
                 raise InvalidRequest("The request body must be a JSON object.", code="invalid_type")
             config = gateway.policy.batches
             batch = await service.create(tenant, key.sha256 if key is not None else None, body, config)
+            wake()
             return batch.to_object()
 
         return await answer(request, work)
@@ -171,7 +177,9 @@ def batch_routes(gateway: Gateway, service: BatchService) -> list[HTTPRouteHandl
     @post("/v1/batches/{batch_id:str}/cancel", status_code=200)
     async def cancel_batch(request: Request[Any, Any, Any], batch_id: str) -> Response[bytes]:
         async def work(tenant: str, key: ApiKey | None) -> Any:
-            return (await service.cancel(tenant, batch_id)).to_object()
+            batch = await service.cancel(tenant, batch_id)
+            wake()
+            return batch.to_object()
 
         return await answer(request, work)
 

@@ -1,7 +1,8 @@
 """``BatchRunner``: each gateway process's background worker for batches, started and stopped with the
 app.
 
-Every ``poll_interval_s`` (and as soon as a line ends) it walks the active batches::
+Every ``poll_interval_s``, and as soon as a line ends or a batch is made or cancelled here, it walks
+the active batches::
 
     finalize when due (every line answered, the window past, or a cancel with nothing in flight):
     one gateway wins and writes the files
@@ -71,6 +72,10 @@ class BatchRunner:
         if self._task is None:
             self._is_stopping = False
             self._task = asyncio.get_running_loop().create_task(self._run(), name="batch-runner")
+
+    def wake(self) -> None:
+        """Walk the batches now (one was made or cancelled), not at the next poll."""
+        self._wake.set()
 
     async def stop(self) -> None:
         """Stop claiming; the lines in flight are cancelled and handed back for another to run."""

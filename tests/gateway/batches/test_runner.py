@@ -210,3 +210,32 @@ def test_a_rate_limited_line_waits_and_runs_again(tmp_path: Path, upstream: Fake
     assert (done.request_counts.completed, done.request_counts.failed) == (3, 0)  # 429s were waited out
     assert Counter(sent_prompts(upstream, "limited")) == Counter(f"limited prompt {i}" for i in range(3))
     assert len(feature.runner.priorities) > 3  # some runs were refused by the key's limit, and retried
+
+
+def test_a_batch_made_or_cancelled_wakes_the_runner_before_its_next_poll(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    """With an hour between polls, a new batch still runs at once, and a cancel ends its batch at once."""
+    document = policy_document(upstream, tmp_path / "files", poll_interval_s=3600)
+    server, _ = start_gateway(write(tmp_path, document))
+    try:
+        api = client(server)
+        uploaded = api.files.create(file=("w.jsonl", batch_file(2, prefix="wake")), purpose="batch")
+        made = api.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        wait_for(lambda: api.batches.retrieve(made.id).status == "completed", what="the new batch to run")
+    finally:
+        server.stop()
+    idle = policy_document(upstream, tmp_path / "files", poll_interval_s=3600, concurrency=0)
+    server, _ = start_gateway(write(tmp_path, idle))  # it runs no lines: the batch waits for a cancel
+    try:
+        api = client(server)
+        uploaded = api.files.create(file=("c.jsonl", batch_file(2, prefix="wake")), purpose="batch")
+        made = api.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        assert api.batches.cancel(made.id).status == "cancelling"
+        wait_for(lambda: api.batches.retrieve(made.id).status == "cancelled", what="the cancel to end it")
+    finally:
+        server.stop()

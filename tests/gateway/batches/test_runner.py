@@ -10,7 +10,9 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import openai
 import pytest
+from openai.types import Batch
 
 from gateway.batches import BatchFeature, batch_priority
 from tests.gateway.batches.conftest import (
@@ -45,6 +47,14 @@ def gateways(shared_policy: Path) -> Iterator[list[tuple[GatewayServer, BatchFea
         server.stop()
 
 
+def submit(sdk: openai.OpenAI, name: str, data: bytes) -> Batch:
+    """Upload ``data`` as a batch file and make a batch of it (chat completions, 24 h)."""
+    uploaded = sdk.files.create(file=(name, data), purpose="batch")
+    return sdk.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+
+
 def recorded_ids(server: GatewayServer, file_id: str) -> list[str]:
     content = client(server).files.content(file_id).content
     return [json.loads(line)["custom_id"] for line in content.splitlines() if line.strip()]
@@ -60,12 +70,7 @@ def test_two_gateways_share_one_batch_each_line_once(
 ) -> None:
     gateways += [start_gateway(shared_policy), start_gateway(shared_policy)]
     (first, first_batches), (second, second_batches) = gateways
-    uploaded = client(first).files.create(
-        file=("two.jsonl", batch_file(24, model="gated-model", prefix="two")), purpose="batch"
-    )
-    batch = client(first).batches.create(
-        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
-    )
+    batch = submit(client(first), "two.jsonl", batch_file(24, model="gated-model", prefix="two"))
     # each claims as many lines as it has room for (4), so both hold some before any line finishes
     wait_for(
         lambda: len(first_batches.runner.in_flight) == len(second_batches.runner.in_flight) == 4,
@@ -92,12 +97,7 @@ def test_a_restarted_gateway_resumes_the_batch(
 ) -> None:
     gateways.append(start_gateway(shared_policy))
     first = gateways[0][0]
-    uploaded = client(first).files.create(
-        file=("restart.jsonl", batch_file(10, model="gated-model", prefix="restart")), purpose="batch"
-    )
-    batch = client(first).batches.create(
-        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
-    )
+    batch = submit(client(first), "restart.jsonl", batch_file(10, model="gated-model", prefix="restart"))
     wait_for(lambda: len(sent_prompts(upstream, "restart")) == 4, what="four lines claimed and in flight")
     first.stop()  # its four lines are cancelled and handed back
     gateways.pop()
@@ -125,10 +125,7 @@ def test_batch_calls_run_in_the_lowest_priority_class(
     server, feature = gateways[0]
     lowest = batch_priority(server.gateway.policy)
     assert lowest == 6  # one past the key with priority 5: after every interactive class
-    uploaded = client(server).files.create(file=("p.jsonl", batch_file(3, prefix="prio")), purpose="batch")
-    batch = client(server).batches.create(
-        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
-    )
+    batch = submit(client(server), "p.jsonl", batch_file(3, prefix="prio"))
     wait_for(lambda: client(server).batches.retrieve(batch.id).status == "completed", what="the batch")
     assert list(feature.runner.priorities) == [lowest] * 3  # the Call's priority, as the fair queue reads it
     sent = [body for body in list(upstream.requests) if "prio prompt" in json.dumps(body.get("messages"))]
@@ -153,12 +150,7 @@ def test_a_saturated_pool_serves_an_interactive_request_before_queued_batch_line
             return len(queue.waiting) if queue is not None else 0
 
         sdk = client(server)
-        uploaded = sdk.files.create(
-            file=("q.jsonl", batch_file(3, model="gated-model", prefix="queued")), purpose="batch"
-        )
-        batch = sdk.batches.create(
-            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
-        )
+        batch = submit(sdk, "q.jsonl", batch_file(3, model="gated-model", prefix="queued"))
         wait_for(
             lambda: len(sent_prompts(upstream, "queued")) == 1 and num_waiting() == 2,
             what="one line served, two queued",
@@ -199,10 +191,7 @@ def test_a_rate_limited_line_waits_and_runs_again(tmp_path: Path, upstream: Fake
     server, feature = start_gateway(write(tmp_path, document))
     try:
         sdk = client(server)
-        uploaded = sdk.files.create(file=("rl.jsonl", batch_file(3, prefix="limited")), purpose="batch")
-        batch = sdk.batches.create(
-            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
-        )
+        batch = submit(sdk, "rl.jsonl", batch_file(3, prefix="limited"))
         done = wait_for(lambda: (b := sdk.batches.retrieve(batch.id)).status in FINAL and b, what="the batch")
     finally:
         server.stop()
@@ -220,10 +209,7 @@ def test_a_batch_made_or_cancelled_wakes_the_runner_before_its_next_poll(
     server, _ = start_gateway(write(tmp_path, document))
     try:
         api = client(server)
-        uploaded = api.files.create(file=("w.jsonl", batch_file(2, prefix="wake")), purpose="batch")
-        made = api.batches.create(
-            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
-        )
+        made = submit(api, "w.jsonl", batch_file(2, prefix="wake"))
         wait_for(lambda: api.batches.retrieve(made.id).status == "completed", what="the new batch to run")
     finally:
         server.stop()
@@ -231,10 +217,7 @@ def test_a_batch_made_or_cancelled_wakes_the_runner_before_its_next_poll(
     server, _ = start_gateway(write(tmp_path, idle))  # it runs no lines: the batch waits for a cancel
     try:
         api = client(server)
-        uploaded = api.files.create(file=("c.jsonl", batch_file(2, prefix="wake")), purpose="batch")
-        made = api.batches.create(
-            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
-        )
+        made = submit(api, "c.jsonl", batch_file(2, prefix="wake"))
         assert api.batches.cancel(made.id).status == "cancelling"
         wait_for(lambda: api.batches.retrieve(made.id).status == "cancelled", what="the cancel to end it")
     finally:

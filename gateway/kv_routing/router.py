@@ -109,16 +109,15 @@ class KvRouter:
             size = sizes.get(label)
             if size is None:  # no events from this one: it holds nothing we know of
                 fallback = next(s for s in sizes.values() if s)
-                scored.append(Candidate(label, load, 0, len(token_ids) // fallback))
+                scored.append(Candidate(label, load, 0, len(token_ids) // fallback, fallback))
                 continue
             chain = chains.get(size)
             if chain is None:
                 chain = chains[size] = PromptChain(token_ids, size)
-            scored.append(Candidate(label, load, index.num_hits((pool, label), chain), len(chain)))
+            scored.append(Candidate(label, load, index.num_hits((pool, label), chain), len(chain), size))
         decision = choose(
             scored,
-            hit_weight=pool_config.hit_weight,
-            load_weight=pool_config.load_weight,
+            load_tokens=pool_config.load_tokens,
             max_load_factor=pool_config.max_load_factor,
             min_load_excess=pool_config.min_load_excess,
         )

@@ -1,17 +1,20 @@
-"""Choose a replica by the prompt blocks it holds against the load it carries.
+"""Choose a replica by the prompt tokens it holds against the load it carries.
 
-Each candidate scores ``hit_weight * hits / blocks - load_weight * load`` (``hits / blocks``: the share
-of the prompt's whole blocks it holds at its head; ``load``: its requests in flight); the best score
-wins, ties going to the lighter load, then to the earlier candidate. The share, not the count, is
-what weighs against load, as llm-d's prefix scorer does: a conversation's next turn (nearly all of
-its prompt held) stays with its replica through a few requests of load, while a new conversation
-that only shares a system prompt (a third of its prompt, say) goes to a replica with one request
-less in flight, so conversations spread instead of piling onto the replica that first served their
-system prompt, where they would stay. A replica whose load is above the candidates' mean by
-``max_load_factor`` and by at least ``min_load_excess`` requests is never chosen, whatever it holds:
-a hot prefix must not pile every request onto one engine. When no candidate holds a single leading
-block, or the best score is one that holds none, the scorer chooses nobody (``label`` None) and the
-balancer's strategy decides (its ties rotate from a random place, so gateways do not all pick alike).
+Each candidate scores ``hit_tokens - load_tokens * load`` (``hit_tokens``: the prompt's leading tokens
+it holds, whole blocks only; ``load``: its requests in flight); the best score wins, ties going to the
+lighter load, then to the earlier candidate. Both terms are prefill work in tokens, as NVIDIA Dynamo's
+KV router counts them: the tokens a replica holds are tokens it need not prefill, and ``load_tokens``
+is what one request in flight is worth against them (256 by default: about what a chat turn
+prefills). A conversation's next turn, whose replica holds its whole history (a thousand tokens and
+more), stays with that replica through several requests of extra load, for moving it means
+prefilling the history again; a new conversation that only shares a system prompt (a couple of
+hundred tokens) goes to a replica with one request less in flight, so conversations
+spread instead of piling onto the replica that first served their system prompt. A replica whose load
+is above the candidates' mean by ``max_load_factor`` and by at least ``min_load_excess`` requests is
+never chosen, whatever it holds: a hot prefix must not pile every request onto one engine. When no
+candidate holds a single leading block, or the best score is one that holds none, the scorer chooses
+nobody (``label`` None) and the balancer's strategy decides (its ties rotate from a random place, so
+gateways do not all pick alike).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class Candidate:
     """Leading prompt blocks it holds."""
     num_blocks: int
     """The prompt's whole blocks at this replica's block size."""
+    block_size: int = 16
+    """Tokens a block of this replica's holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +58,7 @@ class KvChoice:
 def choose(
     candidates: Sequence[Candidate],
     *,
-    hit_weight: float = 1.0,
-    load_weight: float = 0.4,
+    load_tokens: float = 256,
     max_load_factor: float = 1.5,
     min_load_excess: float = 4.0,
 ) -> KvChoice:
@@ -65,18 +69,16 @@ def choose(
     eligible = [
         c for c in candidates if not (c.load > mean * max_load_factor and c.load >= mean + min_load_excess)
     ]  # never empty: the least loaded is at most the mean
-    most_hits = max(candidates, key=lambda c: c.num_hits)
+    most_hits = max(candidates, key=lambda c: c.num_hits * c.block_size)
     if most_hits.num_hits == 0:
         return KvChoice(None, f"kv:0/{most_hits.num_blocks} blocks", "miss")
     best = max(
         enumerate(eligible),
-        key=lambda ic: (_share(ic[1]) * hit_weight - ic[1].load * load_weight, -ic[1].load, -ic[0]),
+        key=lambda ic: (ic[1].num_hits * ic[1].block_size - ic[1].load * load_tokens, -ic[1].load, -ic[0]),
     )[1]
     if best.num_hits == 0:  # load outweighed every holder: the balancer spreads it (its ties rotate)
         return KvChoice(None, f"kv:0/{best.num_blocks} blocks", "override")
-    outcome: Outcome = "override" if best.num_hits < most_hits.num_hits else "hit"
+    outcome: Outcome = (
+        "override" if best.num_hits * best.block_size < most_hits.num_hits * most_hits.block_size else "hit"
+    )
     return KvChoice(best.label, f"kv:{best.num_hits}/{best.num_blocks} blocks@{best.label}", outcome)
-
-
-def _share(candidate: Candidate) -> float:
-    return candidate.num_hits / candidate.num_blocks if candidate.num_blocks else 0.0

@@ -9,8 +9,7 @@
           replicas:                            # replica label -> where its engine publishes KV events
             large-0: {endpoint: "tcp://10.0.0.5:5557", replay_endpoint: "tcp://10.0.0.5:5558"}
             large-1: {endpoint: "tcp://10.0.0.6:5557"}
-          hit_weight: 1.0
-          load_weight: 0.4
+          load_tokens: 256
 
 A pool listed here whose replicas publish events is picked by the blocks each replica holds; any other
 pool, or this one while no events flow, keeps prompt-prefix affinity (``cache.affinity``).
@@ -50,12 +49,11 @@ class PoolKvRouting(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Replica label -> its event source. Replicas not listed score no cached blocks."""
     enabled: bool = True
     """Off: the pool keeps prompt-prefix affinity, and no socket is opened."""
-    hit_weight: Annotated[float, msgspec.Meta(ge=0)] = 1.0
-    """Score of a replica holding the whole prompt: one holding the first half of its blocks scores
-    half of it."""
-    load_weight: Annotated[float, msgspec.Meta(ge=0)] = 0.4
-    """Score taken off per request in flight on the replica: at 0.4, a replica holding all of a prompt
-    keeps it against one with 2 requests less in flight, and loses it to one with 3 less."""
+    load_tokens: Annotated[float, msgspec.Meta(ge=0)] = 256
+    """What one request in flight on a replica weighs, in prompt tokens held: at 256, a replica holding
+    only a 200-token system prompt loses a new conversation to one with a request less in flight, while one
+    holding a conversation's 1,000-token history keeps its next turn through 3 more requests than another.
+    0: blocks alone decide (``max_load_factor`` still bounds the load)."""
     max_load_factor: Annotated[float, msgspec.Meta(ge=1)] = 1.5
     """A replica whose load is above the pool's mean by this factor...."""
     min_load_excess: Annotated[float, msgspec.Meta(ge=0)] = 4.0

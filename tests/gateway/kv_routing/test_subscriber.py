@@ -175,7 +175,7 @@ async def test_a_reload_that_drops_a_replica_stops_following_it(context: zmq.asy
         await publisher.publish([block(0)])
         await until(lambda: hits(index) == 1)
         replays = publisher.num_replays
-        subscriber.update(config_for(publisher, hit_weight=2.0))  # scoring only: the stream goes on
+        subscriber.update(config_for(publisher, load_tokens=256))  # scoring only: the stream goes on
         await publisher.publish([block(1)])
         await until(lambda: hits(index) == 2)
         assert publisher.num_replays == replays and index.num_forgotten == 0

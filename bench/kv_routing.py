@@ -33,8 +33,16 @@ replicas), requests per replica and the busiest replica's load over the mean.
     python bench/kv_routing.py --modes affinity kv --rounds 3     # medians of 3 runs per mode
 
 On a 2-core machine the 4 engines (plus the gateway and this client) share 2 cores: TTFT includes
-waiting for a core, which grows with every cold prefill any replica runs; the comparison between
-modes on one run holds, the absolute figures do not transfer.
+waiting for a core, which grows with every cold prefill any replica runs, and a replica left idle
+lends its core to the busy ones, so spreading load buys no TTFT by itself. ``--engine-cpus 0.45``
+gives each engine a fixed CPU quota instead (a cgroup, ``tools/servers/cpu_quota.py``; needs root),
+as each replica has its own GPU in production: a replica carrying two conversations then runs them on
+the same share as one carrying none, and where a router piles conversations shows in TTFT:
+
+    python bench/kv_routing.py --modes round_robin affinity kv --turns 10 14 --systems 1 --gateways 2 \
+        --redis-url redis://127.0.0.1:6379 --engine-cpus 0.45 --kv-cache-mib 80 --rounds 3
+
+The comparison between modes on one run holds; the absolute figures do not transfer.
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tools.servers.cpu_quota import CpuQuota, cpu_quota_root  # noqa: E402
 from tools.servers.engine_process import EngineProcess  # noqa: E402
 from tools.servers.gateway_process import GatewayProcess  # noqa: E402
 
@@ -153,9 +162,12 @@ def chat(http: httpx.Client, url: str, messages: list[dict[str, str]], max_token
     return ttft, "".join(parts)
 
 
-def converse(urls: list[str], system: str, turns: Conversation, max_tokens: int, number: int) -> list[float]:
-    """One conversation, turn after turn; with several gateways its turns go to each in turn (a load
-    balancer in front of a gateway fleet keeps no conversation on one)."""
+def converse(
+    urls: list[str], system: str, turns: Conversation, max_tokens: int, number: int, start_after_s: float
+) -> list[float]:
+    """One conversation, turn after turn, from ``start_after_s`` on; with several gateways its turns go
+    to each in turn (a load balancer in front of a gateway fleet keeps no conversation on one)."""
+    time.sleep(start_after_s)
     messages = [{"role": "system", "content": system}]
     ttfts = []
     with httpx.Client(timeout=600) as http:
@@ -192,11 +204,16 @@ def run_mode(
         for i in range(1 if mode == "ceiling" else args.replicas)
     }
     gateways: list[GatewayProcess] = []
+    quotas: list[CpuQuota] = []
     try:
         for engine in engines.values():
             engine.start()
-        for engine in engines.values():
+        for label, engine in engines.items():
             engine.wait_ready()
+            if args.engine_cpus:  # from now on it runs on its own share, as on a GPU of its own
+                assert engine.proc is not None
+                quotas.append(CpuQuota(f"sortyard-kv-bench-{os.getpid()}-{mode}-{label}", args.engine_cpus))
+                quotas[-1].add(engine.proc.pid)
         path = tmp / f"policy-{mode}.yaml"
         document = policy(mode, engines, tokenizer, args.scrape_s, bool(args.redis_url))
         path.write_text(yaml.safe_dump(document, sort_keys=False))
@@ -211,7 +228,9 @@ def run_mode(
         started = time.perf_counter()
         with ThreadPoolExecutor(args.concurrency) as pool:
             runs = pool.map(
-                lambda c: converse(urls, systems[c[1][0]], c[1][1], args.max_tokens, c[0]),
+                lambda c: converse(
+                    urls, systems[c[1][0]], c[1][1], args.max_tokens, c[0], first_start(c[0], args)
+                ),
                 enumerate(conversations),
             )
             ttfts = sorted(t for run in runs for t in run)
@@ -223,6 +242,8 @@ def run_mode(
             gateway.stop()
         for engine in engines.values():
             engine.stop()
+        for quota in quotas:
+            quota.close()
 
     def delta(name: str) -> dict[str, float]:
         return {label: after[label].get(name, 0.0) - before[label].get(name, 0.0) for label in engines}
@@ -244,6 +265,12 @@ def run_mode(
         "max_over_mean": round(max(served.values()) / mean, 2) if mean else 0.0,
         "kv_decisions": decisions,
     }
+
+
+def first_start(number: int, args: argparse.Namespace) -> float:
+    """When conversation ``number`` starts, from the run's start: the first ``concurrency`` ones
+    ``stagger_s`` apart (users arrive one by one), each later one as soon as one ends."""
+    return number * args.stagger_s if number < args.concurrency else 0.0
 
 
 def kv_decisions(urls: list[str]) -> dict[str, int]:
@@ -311,20 +338,37 @@ def main() -> int:
         "--redis-url", help="the gateways share this Redis (prefix affinity's map among them)"
     )
     parser.add_argument("--concurrency", type=int, default=4, help="conversations at a time")
+    parser.add_argument(
+        "--stagger-s",
+        type=float,
+        default=0.0,
+        help="start the first --concurrency conversations this far apart, as users arrive (0: all at "
+        "once, when no gateway has recorded a pick yet and the balancers seed several replicas)",
+    )
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--kv-cache-mib", type=int, default=1024, help="each engine's KV cache")
+    parser.add_argument(
+        "--engine-cpus",
+        type=float,
+        help="give each engine a CPU quota of this many cores (a cgroup; needs root), so that one "
+        "replica's idle time is not lent to another, as with one GPU a replica",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="runs of every mode; medians are reported")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json-out")
+    parser.add_argument("--log-dir", help="keep the engines' logs and policies here (default: a temp dir)")
     args = parser.parse_args()
+    if args.engine_cpus and cpu_quota_root() is None:
+        parser.error("--engine-cpus needs a writable cgroup CPU controller (root, or a delegated subtree)")
     work = workload(args)
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="sy-kv-routing-") as tmp:
+        logs = Path(args.log_dir or tmp)
         for number in range(args.rounds):  # the modes take turns, so a slow spell hits each alike
-            (Path(tmp) / f"{number}").mkdir()
+            (logs / f"{number}").mkdir(parents=True, exist_ok=True)
             for mode in args.modes:
                 print(f"round {number + 1}: running {mode} ...", file=sys.stderr, flush=True)
-                rounds.append(run_mode(mode, args, work, Path(tmp) / f"{number}"))
+                rounds.append(run_mode(mode, args, work, logs / f"{number}"))
                 print(json.dumps(rounds[-1]), file=sys.stderr, flush=True)
     results = [
         median_of([r for r in rounds if r["mode"] == mode])

@@ -3,9 +3,8 @@
 16 conversations of 4-6 turns (fixed seed) go through one gateway to 4 reference-engine replicas
 (SmolLM2-135M by default, one torch thread each). Each conversation opens with one of 4 shared system
 prompts (~250 tokens) and a document of its own (~400 tokens), and every turn resends the whole
-history with the model's earlier replies, so a turn's prefill is mostly tokens some engine already
-computed: the one that served the conversation's previous turn. Conversations run 4 at a time, each
-turn after the previous one's answer.
+history with the model's earlier replies. Conversations run 4 at a time, each turn after the
+previous one's answer.
 
 The same workload runs once per mode, each on freshly started engines (empty prefix caches) and a new
 gateway whose policy differs only in how a replica is picked:
@@ -19,18 +18,15 @@ a load balancer. Without ``--redis-url`` each has its own in-memory store: prefi
 the picks its own process made, while every gateway hears every engine's KV events. With
 ``--redis-url`` they share one Redis, and with it prefix affinity's map, as a production fleet does.
 
-``affinity`` and ``kv`` balance ``load_aware`` (``--scrape-s``, 0.25 s): each gateway reads what the
-engines run from their ``/metrics``, so it counts the other gateways' requests too.
+``affinity`` and ``kv`` balance ``load_aware`` on the engines' ``/metrics`` (``--scrape-s``, 0.25 s).
 
 Reported per mode: TTFT p50/p90 (first streamed chunk, ``max_tokens`` 16), the engines' prefix-cache
 hit rate (``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``, in tokens, summed over the
 replicas), requests per replica and the busiest replica's load over the mean.
 
     python bench/kv_routing.py                        # ~5-8 min on 2 cores
-    python bench/kv_routing.py --modes affinity kv --gateways 2
     python bench/kv_routing.py --modes affinity kv --gateways 2 --redis-url redis://127.0.0.1:6379
-    python bench/kv_routing.py --conversations 8 --json-out kv.json
-    python bench/kv_routing.py --modes affinity kv --rounds 3     # medians of 3 runs per mode
+    python bench/kv_routing.py --modes affinity kv --rounds 3 --json-out kv.json  # medians of 3 runs
 
 On a 2-core machine the 4 engines (plus the gateway and this client) share 2 cores: TTFT includes
 waiting for a core, which grows with every cold prefill any replica runs, and a replica left idle
@@ -40,9 +36,9 @@ as each replica has its own GPU in production: a replica carrying two conversati
 the same share as one carrying none, and where a router piles conversations shows in TTFT:
 
     python bench/kv_routing.py --modes round_robin affinity kv --turns 10 14 --systems 1 --gateways 2 \
-        --redis-url redis://127.0.0.1:6379 --engine-cpus 0.45 --kv-cache-mib 80 --rounds 3
+        --redis-url redis://127.0.0.1:6379 --engine-cpus 0.45 --kv-cache-mib 96 --stagger-s 2
 
-The comparison between modes on one run holds; the absolute figures do not transfer.
+Compare the modes within one run; the absolute figures do not transfer.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ def v2_mount(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_a_v1_hierarchy_gets_the_quota_in_microseconds_a_period(tmp_path):
+def test_a_v1_hierarchy_gets_the_quota_in_microseconds_a_period(tmp_path: Path) -> None:
     root = cpu_quota_root(v1_mount(tmp_path))
     assert root == CpuQuotaRoot(tmp_path / "cpu", 1)
 
@@ -34,7 +34,7 @@ def test_a_v1_hierarchy_gets_the_quota_in_microseconds_a_period(tmp_path):
     assert (tmp_path / "cpu" / "engine-0" / "cgroup.procs").read_text() == "1234"
 
 
-def test_a_v2_hierarchy_turns_the_cpu_controller_on_and_writes_cpu_max(tmp_path):
+def test_a_v2_hierarchy_turns_the_cpu_controller_on_and_writes_cpu_max(tmp_path: Path) -> None:
     root = cpu_quota_root(v2_mount(tmp_path))
     assert root == CpuQuotaRoot(tmp_path, 2)
 
@@ -44,7 +44,9 @@ def test_a_v2_hierarchy_turns_the_cpu_controller_on_and_writes_cpu_max(tmp_path)
     assert (tmp_path / "engine-0" / "cpu.max").read_text() == "200000 100000"
 
 
-def test_a_machine_without_a_cpu_controller_has_no_root_and_a_quota_says_why(tmp_path, monkeypatch):
+def test_a_machine_without_a_cpu_controller_has_no_root_and_a_quota_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "cgroup.controllers").write_text("memory pids\n")  # v2 without cpu delegated
     assert cpu_quota_root(tmp_path) is None
 
@@ -53,13 +55,13 @@ def test_a_machine_without_a_cpu_controller_has_no_root_and_a_quota_says_why(tmp
         CpuQuota("engine-0", 0.5)
 
 
-def test_a_quota_of_no_cpu_is_refused(tmp_path):
+def test_a_quota_of_no_cpu_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="above 0"):
         CpuQuota("engine-0", 0, root=cpu_quota_root(v1_mount(tmp_path)))
 
 
 @pytest.mark.skipif(cpu_quota_root() is None, reason="no writable cgroup CPU controller here")
-def test_a_busy_process_in_the_group_is_throttled_and_close_removes_the_group():
+def test_a_busy_process_in_the_group_is_throttled_and_close_removes_the_group() -> None:
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         with CpuQuota(f"sortyard-test-{os.getpid()}", 0.05) as quota:

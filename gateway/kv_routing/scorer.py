@@ -69,16 +69,19 @@ def choose(
     eligible = [
         c for c in candidates if not (c.load > mean * max_load_factor and c.load >= mean + min_load_excess)
     ]  # never empty: the least loaded is at most the mean
-    most_hits = max(candidates, key=lambda c: c.num_hits * c.block_size)
+    most_hits = max(candidates, key=_hit_tokens)
     if most_hits.num_hits == 0:
         return KvChoice(None, f"kv:0/{most_hits.num_blocks} blocks", "miss")
     best = max(
         enumerate(eligible),
-        key=lambda ic: (ic[1].num_hits * ic[1].block_size - ic[1].load * load_tokens, -ic[1].load, -ic[0]),
+        key=lambda ic: (_hit_tokens(ic[1]) - ic[1].load * load_tokens, -ic[1].load, -ic[0]),
     )[1]
     if best.num_hits == 0:  # load outweighed every holder: the balancer spreads it (its ties rotate)
         return KvChoice(None, f"kv:0/{best.num_blocks} blocks", "override")
-    outcome: Outcome = (
-        "override" if best.num_hits * best.block_size < most_hits.num_hits * most_hits.block_size else "hit"
-    )
+    outcome: Outcome = "override" if _hit_tokens(best) < _hit_tokens(most_hits) else "hit"
     return KvChoice(best.label, f"kv:{best.num_hits}/{best.num_blocks} blocks@{best.label}", outcome)
+
+
+def _hit_tokens(candidate: Candidate) -> int:
+    """The prompt's leading tokens the candidate holds."""
+    return candidate.num_hits * candidate.block_size

@@ -202,12 +202,12 @@ class Balancer:
         return entry.strategy.load(state, self.clock())
 
     def requests(self, state: ReplicaState) -> float:
-        """Requests on the replica, whatever the strategy: the gateway's own in flight, or while a scrape
-        is fresh (pools scraped for ``load_aware`` or by ``scrape_interval_s``) the larger of that and
-        what it runs, plus its queue, every gateway's. The KV-aware pick weighs blocks against this:
-        not against KV-cache use, which on a prefix-caching engine is what it weighs already."""
+        """Requests on the replica, whatever the strategy: the gateway's own in flight, plus, while a
+        scrape is fresh (pools scraped for ``load_aware`` or by ``scrape_interval_s``), what it ran for
+        other gateways then and its queue. The KV-aware pick weighs blocks against this: not against
+        KV-cache use, which on a prefix-caching engine is what it weighs already."""
         if self.clock() <= state.load_fresh_until:
-            return max(float(state.outstanding), state.num_running) + state.num_waiting
+            return state.outstanding + state.others_running() + state.num_waiting
         return float(state.outstanding)
 
     def candidates(self, pool: str, exclude: Container[ReplicaState] = ()) -> list[ReplicaState]:

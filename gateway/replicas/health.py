@@ -163,6 +163,7 @@ class HealthChecker:
 
     async def scrape(self, state: ReplicaState) -> bool:
         """Read one replica's ``/metrics`` into its state now; True when the page had load figures."""
+        outstanding = state.outstanding  # ours as the page is asked for: its running count includes them
         answer = await self._get(state.metrics_url, state.health.probe_timeout_s)
         self.num_scrapes += 1
         load = state.adapter.parse_load(answer[1]) if answer is not None and answer[0] == 200 else None
@@ -171,6 +172,7 @@ class HealthChecker:
             return False
         state.num_waiting = load.num_waiting
         state.num_running = load.num_running
+        state.outstanding_at_scrape = outstanding
         state.kv_cache_usage = load.kv_cache_usage
         interval_s = state.scrape_interval_s or state.health.probe_interval_s or 1.0
         state.load_fresh_until = self.balancer.clock() + FRESH_SCRAPES * interval_s

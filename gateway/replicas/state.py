@@ -50,6 +50,10 @@ class ReplicaState:
     """Scraped: how full its KV cache is (0..1)."""
     load_fresh_until: float = -math.inf
     """The scraped figures count until this clock time."""
+    outstanding_at_scrape: int = 0
+    """This gateway's requests in flight when the latest scrape was sent: the part of the scraped
+    running count that was its own. What the replica runs beyond that is every other gateway's
+    (:meth:`others_running`); ours since then are in ``outstanding``, live."""
     num_successes: int = 0
     num_failures: int = 0
     rtt_s: float | None = None
@@ -61,6 +65,12 @@ class ReplicaState:
     @property
     def label(self) -> str:
         return self.replica.label
+
+    def others_running(self) -> float:
+        """Requests the replica ran for other gateways at the latest scrape: its running count less ours
+        then. Ours are counted live instead, so one of ours that ends between scrapes stops counting at
+        once and does not pass for load until the next scrape."""
+        return max(0.0, self.num_running - self.outstanding_at_scrape)
 
     def is_healthy(self, now: float) -> bool:
         """Its breaker is not open (half-open takes trial requests)."""

@@ -95,8 +95,8 @@ class LeastOutstanding:
 
 class LoadAware(LeastOutstanding):
     """Least outstanding, plus the replica's scraped running and waiting requests and KV-cache use
-    while fresh. The running count covers every gateway's requests, ours among them, as of the
-    scrape; ours since then are in the live count: the larger of the two stands for both."""
+    while fresh. The running count covers every gateway's requests as of the scrape; ours are in the
+    live count, so only the others' are added (``ReplicaState.others_running``)."""
 
     name: Strategy = "load_aware"
 
@@ -108,7 +108,7 @@ class LoadAware(LeastOutstanding):
     def load(self, state: ReplicaState, now: float) -> float:
         load = float(state.outstanding)
         if now <= state.load_fresh_until:
-            load = max(load, state.num_running)
+            load += state.others_running()
             load += self.waiting_weight * state.num_waiting + self.kv_cache_weight * state.kv_cache_usage
         return load
 

@@ -381,9 +381,11 @@ def test_requests_count_every_gateways_while_a_scrape_is_fresh_and_no_kv_cache_u
     state.outstanding = 2
     state.num_running, state.num_waiting, state.kv_cache_usage = 5.0, 1.0, 0.9
     assert balancer.requests(state) == 2.0  # never scraped: only our own
-    state.load_fresh_until = clock.now + 1
-    assert balancer.requests(state) == 6.0  # it runs 5 (ours among them) and queues 1
-    state.outstanding = 7  # ours sent since the scrape
-    assert balancer.requests(state) == 8.0
+    state.outstanding_at_scrape, state.load_fresh_until = 2, clock.now + 1
+    assert balancer.requests(state) == 6.0  # it runs 5 (our 2 among them) and queues 1
+    state.outstanding = 7  # ours sent since the scrape, beside the others' 3
+    assert balancer.requests(state) == 11.0
+    state.outstanding = 0  # ours ended since the scrape: they stop counting before the next one
+    assert balancer.requests(state) == 4.0
     clock.now += 2
-    assert balancer.requests(state) == 7.0  # stale again
+    assert balancer.requests(state) == 0.0  # stale again: only our own

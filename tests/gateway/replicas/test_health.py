@@ -380,6 +380,27 @@ async def test_a_failed_scrape_leaves_the_load_to_go_stale() -> None:
     assert state.num_waiting == 5.0  # kept, but it stops counting at load_fresh_until
 
 
+async def test_a_scrape_keeps_our_share_of_the_running_count_as_of_its_ask() -> None:
+    balancer, state = one_replica(RoutingConfig(balancer=BalancerConfig(strategy="load_aware")))
+    client = FakeClient()
+    checker = HealthChecker(balancer, client)
+    page = b"vllm:num_requests_running 3\nvllm:num_requests_waiting 0\n"
+    client.answers[state.metrics_url] = (200, page)
+    state.outstanding = 2
+    asked = asyncio.Event()
+    real_get = client.get
+
+    async def get_while_ours_ends(url: str, timeout_s: float) -> tuple[int, bytes]:
+        state.outstanding -= 1  # one of ours ends while the page is on its way: the page still ran it
+        asked.set()
+        return await real_get(url, timeout_s)
+
+    client.get = get_while_ours_ends  # type: ignore[method-assign]
+    assert await checker.scrape(state) and asked.is_set()
+    assert state.outstanding_at_scrape == 2 and state.others_running() == 1.0
+    assert balancer.requests(state) == 2.0  # our 1 left, live, and the other gateways' 1
+
+
 async def test_connect_refused_opens_the_breaker_without_probes(client: Http1UpstreamClient) -> None:
     servers = [ReplicaServer() for _ in range(2)]
     for server in servers:

@@ -128,11 +128,13 @@ def test_load_aware_counts_what_other_gateways_run() -> None:
     pool[0].num_running, pool[0].load_fresh_until = 3, 10.0  # requests other gateways sent it
     assert la.load(pool[0], 5.0) == 3.0
     assert {la.choose(pool, (), 5.0, None) for _ in range(4)} == {pool[1]}
-    pool[0].outstanding = 2  # ours are among the 3 it ran at the scrape: not counted twice
+    pool[0].outstanding = pool[0].outstanding_at_scrape = 2  # ours are among the 3: not counted twice
     assert la.load(pool[0], 5.0) == 3.0
-    pool[0].outstanding = 5  # ours sent since the scrape: the live count is the larger
-    assert la.load(pool[0], 5.0) == 5.0
-    assert la.load(pool[0], 11.0) == 5.0  # stale: only the live count
+    pool[0].outstanding = 5  # ours sent since the scrape, beside the other gateways' 1
+    assert la.load(pool[0], 5.0) == 6.0
+    pool[0].outstanding = 0  # ours ended since the scrape: only the others' 1 is left
+    assert la.load(pool[0], 5.0) == 1.0
+    assert la.load(pool[0], 11.0) == 0.0  # stale: only the live count
 
 
 def test_ties_start_at_a_different_replica_in_different_processes() -> None:

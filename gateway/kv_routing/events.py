@@ -1,7 +1,8 @@
 """Decode the KV-cache events an engine publishes (vLLM's ``KVEventBatch`` over ZeroMQ).
 
 A payload is msgpack of a batch ``(ts, events, data_parallel_rank)`` whose events are tagged structs:
-``BlockStored(block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name, ...)``,
+``BlockStored(block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name,
+extra_keys, ...)``,
 ``BlockRemoved(block_hashes, medium, ...)`` and ``AllBlocksCleared()``. vLLM has encoded them both as
 maps (``{"type": "BlockStored", "block_hashes": ...}``, today) and as arrays whose first item is the
 tag (``["BlockStored", [...], ...]``, older releases), so both shapes are read, fields missing at the
@@ -44,6 +45,9 @@ class BlockStored(msgspec.Struct, frozen=True):
     lora_name: str | None = None
     group_idx: int | None = None
     """The KV group (vLLM: 0 the full-attention layers; a hybrid model's sliding layers are another)."""
+    extra_keys: tuple[tuple[Hashable, ...] | None, ...] | None = None
+    """Per block, what else went into its hash besides its tokens (vLLM's ``extra_keys``): the cache
+    salt on a sequence's first block (``("salt",)``), a LoRA's name, multimodal items' identifiers."""
 
 
 class BlockRemoved(msgspec.Struct, frozen=True):
@@ -126,6 +130,7 @@ def _event(raw: Any) -> Event | None:
             _text(fields.get("medium")),
             _text(fields.get("lora_name")),
             _int(fields.get("group_idx")),
+            _extra_keys(fields.get("extra_keys")),
         )
     if tag == "BlockRemoved":
         fields = _fields(body, _REMOVED_FIELDS)
@@ -154,6 +159,17 @@ def _hashes(raw: Any) -> tuple[Hashable, ...]:
 
 def _hashable(raw: Any) -> Hashable:
     return tuple(raw) if isinstance(raw, list) else raw
+
+
+def _extra_keys(raw: Any) -> tuple[tuple[Hashable, ...] | None, ...] | None:
+    if not isinstance(raw, list):
+        return None
+    return tuple(_frozen(keys) if isinstance(keys, list) else None for keys in raw)
+
+
+def _frozen(raw: Any) -> Any:
+    """Lists as tuples, all the way down (an identifier may itself be a list)."""
+    return tuple(_frozen(item) for item in raw) if isinstance(raw, list) else raw
 
 
 def _text(raw: Any) -> str | None:

@@ -6,7 +6,10 @@ computes its own ``chain_hash(parent_chain, token_ids)`` for each stored block, 
 event carries and the chain hash it already gave the block's parent, and keeps the engine's hash
 only to follow later events (a child's parent, a removal). A prompt is looked up the same way: its
 token ids cut into the replica's ``block_size`` give the chain to look up, and a replica's hits are
-the number of leading blocks it holds.
+the number of leading blocks it holds. What else the engine hashed into a block (the event's
+``extra_keys``: vLLM puts a request's cache salt on its first block) goes into the chain hash too, and
+a prompt is looked up with the salt it carries to that replica: a tenant's prompt matches only the
+blocks cached for its own salt, never another tenant's copy of the same tokens.
 
 Memory is bounded per replica (``max_blocks``, least recently stored forgotten first). A replica is
 forgotten as a whole (its blocks no longer count) when its engine clears its cache, when a gap in
@@ -24,6 +27,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from gateway.kv_routing.events import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
 
 __all__ = ["BlockIndex", "PromptChain", "ReplicaKey", "chain_hash", "prompt_chain"]
@@ -36,21 +41,35 @@ _GPU_MEDIA = (None, "GPU")
 _PREFIX_GROUPS = (None, 0)  # the full-attention layers' blocks; a hybrid model's sliding ones follow them
 
 
-def chain_hash(parent: bytes | None, token_ids: Sequence[int]) -> bytes:
-    """The gateway's name of a block: BLAKE2b-128 of its parent's chain hash and its token ids."""
+def chain_hash(
+    parent: bytes | None, token_ids: Sequence[int], extra_keys: tuple[Hashable, ...] | None = None
+) -> bytes:
+    """The gateway's name of a block: BLAKE2b-128 of its parent's chain hash, its token ids and, when
+    the engine hashed more than tokens into it (``extra_keys``: a cache salt, a LoRA), those too."""
     digest = hashlib.blake2b(parent or _ROOT, digest_size=16)
     digest.update(array("q", token_ids).tobytes())
+    if extra_keys:
+        digest.update(_extra_bytes(extra_keys))
     return digest.digest()
+
+
+def _extra_bytes(extra_keys: tuple[Hashable, ...]) -> bytes:
+    return b"\xff" + msgspec.msgpack.encode(extra_keys)
 
 
 class PromptChain:
     """A prompt's chain hashes at one block size, computed only as far as lookups read: a replica that
-    misses the first block costs one hash, not one per block of a long prompt."""
+    misses the first block costs one hash, not one per block of a long prompt.
 
-    def __init__(self, token_ids: Sequence[int], block_size: int) -> None:
+    ``cache_salt``: the salt the request carries to this replica (the tenant's), which the engine
+    folds into the first block as vLLM does (``extra_keys`` ``("salt",)``): only blocks stored for
+    that salt match, so one tenant's prompt never counts another's cached copy as a hit."""
+
+    def __init__(self, token_ids: Sequence[int], block_size: int, cache_salt: str | None = None) -> None:
         self.num_blocks = len(token_ids) // block_size  # a partial last block is never cached
         self._bytes = memoryview(array("q", token_ids[: self.num_blocks * block_size]).tobytes())
         self._step = block_size * 8
+        self._first_extra = _extra_bytes((cache_salt,)) if cache_salt else b""
         self._hashes: list[bytes] = []
 
     def __len__(self) -> int:
@@ -64,14 +83,16 @@ class PromptChain:
         while len(hashes) <= i:
             n = len(hashes)
             digest = hashlib.blake2b(hashes[-1] if hashes else _ROOT, digest_size=16)
-            digest.update(self._bytes[n * step : (n + 1) * step])  # == chain_hash(parent, block)
+            digest.update(self._bytes[n * step : (n + 1) * step])  # == chain_hash(parent, block[, salt])
+            if not n and self._first_extra:
+                digest.update(self._first_extra)
             hashes.append(digest.digest())
         return hashes[i]
 
 
-def prompt_chain(token_ids: Sequence[int], block_size: int) -> list[bytes]:
+def prompt_chain(token_ids: Sequence[int], block_size: int, cache_salt: str | None = None) -> list[bytes]:
     """Every chain hash of the prompt's whole blocks, in order."""
-    chain = PromptChain(token_ids, block_size)
+    chain = PromptChain(token_ids, block_size, cache_salt)
     return [chain[i] for i in range(len(chain))]
 
 
@@ -210,11 +231,11 @@ class BlockIndex:
                 return
             parent = entry[0]
             replica.refresh(parent_hash)
-        tokens = event.token_ids
+        tokens, extras = event.token_ids, event.extra_keys or ()
         for i, engine_hash in enumerate(event.block_hashes):
             block_tokens = tokens[i * size : (i + 1) * size]
             if len(block_tokens) < size:  # fewer tokens than blocks: the rest cannot be named
                 return
-            parent = chain_hash(parent, block_tokens)
+            parent = chain_hash(parent, block_tokens, extras[i] if i < len(extras) else None)
             replica.store(engine_hash, parent, parent_hash)
             parent_hash = engine_hash

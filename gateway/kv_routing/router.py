@@ -86,8 +86,12 @@ class KvRouter:
         pool: str,
         body: Mapping[str, Any],
         candidates: Sequence[tuple[str, float]],
+        salts: Mapping[str, str | None] | None = None,
     ) -> KvChoice | None:
-        """Score ``(label, load)`` candidates of ``pool`` for ``body``; None: KV events cannot steer it."""
+        """Score ``(label, load)`` candidates of ``pool`` for ``body``; None: KV events cannot steer it.
+
+        ``salts``: the cache salt the request would carry to each replica (by label; the tenant's where
+        the replica takes one): a replica's hits are the blocks it holds for that salt."""
         pool_config = config.pools.get(pool)
         if pool_config is None or not pool_config.enabled or not candidates:
             return None
@@ -103,7 +107,7 @@ class KvRouter:
         token_ids = await tokenizer.prompt_ids_off_loop(body, pool_config.max_prefix_tokens)
         if not token_ids:
             return None
-        chains: dict[int, PromptChain] = {}
+        chains: dict[tuple[int, str | None], PromptChain] = {}
         scored = []
         for label, load in candidates:
             size = sizes.get(label)
@@ -111,9 +115,10 @@ class KvRouter:
                 fallback = next(s for s in sizes.values() if s)
                 scored.append(Candidate(label, load, 0, len(token_ids) // fallback, fallback))
                 continue
-            chain = chains.get(size)
+            salt = salts.get(label) if salts else None
+            chain = chains.get((size, salt))
             if chain is None:
-                chain = chains[size] = PromptChain(token_ids, size)
+                chain = chains[size, salt] = PromptChain(token_ids, size, salt)
             scored.append(Candidate(label, load, index.num_hits((pool, label), chain), len(chain), size))
         decision = choose(
             scored,

@@ -170,9 +170,19 @@ class PickReplica:
     async def _kv_choice(self, call: Call, exclude: tuple[ReplicaState, ...]) -> KvChoice | None:
         """The KV scorer's choice (its label None: the balancer's), or None when no KV events steer it."""
         assert self.kv is not None and call.pool is not None
+        pool_config = call.policy.kv_routing.pools.get(call.pool)
+        if pool_config is None or not pool_config.enabled:  # the common case: no load or salts to work out
+            return None
         balancer = self.balancer
-        candidates = [(s.label, balancer.requests(s)) for s in balancer.candidates(call.pool, exclude)]
-        choice = await self.kv.choose(call.policy.kv_routing, call.pool, call.body, candidates)
+        states = balancer.candidates(call.pool, exclude)
+        candidates = [(s.label, balancer.requests(s)) for s in states]
+        config = call.policy.cache.affinity
+        salts = {  # the blocks that count are those cached for the salt the request would carry there
+            s.label: self._salt(call.tenant, config.salt_secret_env)
+            for s in states
+            if s.replica.send_cache_salt and config.salt_requests
+        }
+        choice = await self.kv.choose(call.policy.kv_routing, call.pool, call.body, candidates, salts)
         if choice is None:
             return None
         call.route_reason = kv_route_reason(call.route_reason, choice.reason)

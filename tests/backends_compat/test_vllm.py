@@ -32,6 +32,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from gateway.adapters import ReplicaLoad, parse_vllm_metrics
 from gateway.replicas.state import ReplicaState
 from tests.backends_compat.scenarios import MESSAGES, CompatScenarios, Target, compat_policy, wait_until
+from tests.support.calls import api_key
 from tests.support.cut_proxy import CutProxy
 from tests.support.vllm_server import START_TIMEOUT_S, VllmServer, VllmUnavailable, ensure_vllm
 from tests.support.wire_fake import WireFake, load_transcript
@@ -327,33 +328,40 @@ def test_the_gateway_learns_vllms_blocks_from_its_kv_events(
     deployed: Deployment, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """vLLM's own KV events (``--kv-events-config``) steer the pick: a repeat of a prompt is routed to
-    the replica whose events announced all of its whole blocks (vLLM's block size, its chat template)."""
+    the replica whose events announced all of its whole blocks (vLLM's block size, its chat template).
+    The replicas take the tenant's cache salt, which vLLM reports in the first block's ``extra_keys``:
+    another tenant's copy of the same prompt finds none of those blocks."""
     vllm = deployed.vllm
     pair = (deployed.pair[0].origin, deployed.pair[1].origin)
-    policy = compat_policy("vllm", deployed.single.origin, pair, model=SERVED)
+    policy = compat_policy("vllm", deployed.single.origin, pair, model=SERVED, send_cache_salt=True)
     policy["kv_routing"] = {
         "pools": {"vllm-pair": {"tokenizer": str(vllm.model_dir), "replicas": {"vllm-a": vllm.kv_source}}}
     }  # both replicas reach the one server; only vllm-a's events are followed
+    (north, north_entry), (south, south_entry) = api_key("north"), api_key("south")
+    policy["auth"], policy["keys"] = {"required": True}, [north_entry, south_entry]
     gateway = GatewayServer(write_policy(tmp_path_factory.mktemp("kv") / "policy.yaml", policy)).start()
     system = " ".join(f"Rule {i}: answer in one short sentence about topic {i}." for i in range(40))
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "Name a colour."}]
     seen: list[str] = []
 
-    def kv_hit() -> bool:
-        with openai.OpenAI(
-            base_url=gateway.url + "/v1", api_key="unused", max_retries=0, timeout=60
-        ) as client:
+    def send(key: str) -> str:
+        with openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0, timeout=60) as client:
             raw = client.chat.completions.with_raw_response.create(
                 model="vllm-pair", messages=cast(list[ChatCompletionMessageParam], messages), max_tokens=1
             )
         seen.append(raw.headers.get("x-sortyard-route-reason", ""))
-        return re.search(r"kv:[1-9]\d*/\d+ blocks@vllm-a$", seen[-1]) is not None
+        return seen[-1]
 
     try:  # the first request prefills and vLLM publishes; the tokenizer loads on first use
-        wait_until(kv_hit, what="a KV hit on vllm-a", timeout_s=60)
+        wait_until(
+            lambda: re.search(r"kv:[1-9]\d*/\d+ blocks@vllm-a$", send(north)) is not None,
+            what="a KV hit on vllm-a",
+            timeout_s=60,
+        )
+        found = re.search(r"kv:(\d+)/(\d+) blocks@vllm-a$", seen[-1])
+        assert found and int(found[1]) == int(found[2]) >= 3, seen  # every whole block: same tokens as vLLM
+        assert re.search(r"kv:0/\d+ blocks$", send(south)), seen  # north's blocks are not south's
     except AssertionError as error:
         raise AssertionError(f"{error}; route reasons: {seen[-5:]}") from None
     finally:
         gateway.stop()
-    found = re.search(r"kv:(\d+)/(\d+) blocks@vllm-a$", seen[-1])
-    assert found and int(found[1]) == int(found[2]) >= 3, seen  # every whole block: same tokens as vLLM

@@ -3,7 +3,9 @@ following them, the openai SDK in front.
 
 A multi-turn conversation (each turn repeats the earlier ones) goes, from its second turn on, to the
 replica that prefilled the first, which finds the prompt's head in its prefix cache; the route reason
-names that replica's blocks and the decision metric counts hits. Restarting that engine on the same
+names that replica's blocks and the decision metric counts hits. The replicas take each tenant's cache
+salt: another tenant sending the same conversation finds none of those blocks, at the gateway and at
+the engine, until its own copy is cached. Restarting that engine on the same
 ports makes the gateway forget its blocks once the restarted engine's events start again from 0: the
 conversation's next turn falls back (no replica holds a block), and the turn after is a KV hit again.
 """
@@ -24,13 +26,17 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from gateway.kv_routing.index import PromptChain
 from gateway.kv_routing.router import KvRouter
+from gateway.stages.pick import PickReplica
 from tests.backends.engine.tiny import build_tiny_model
+from tests.support.calls import api_key
 from tools.servers.engine_process import EngineProcess
 from tools.servers.gateway_server import GatewayServer, write_policy
 
 pytestmark = pytest.mark.slow
 POOL = "small"
 SYSTEM = "You are the support desk of a bicycle shop. " * 6  # ~16 blocks of 16 byte-tokens
+NORTH, SOUTH = api_key("north"), api_key("south")
+"""Two tenants' keys: the replicas take each tenant's cache salt."""
 
 
 def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
@@ -40,12 +46,12 @@ def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> 
         time.sleep(0.05)
 
 
-def _router(server: GatewayServer) -> KvRouter:
-    """The gateway's KV router (the pick stage's), to wait for its index to catch up with events."""
+def _pick(server: GatewayServer) -> PickReplica:
+    """The gateway's pick stage: its KV router, to wait for the index to catch up with events."""
     for stage in server.gateway.pipeline.stages:
         pick = getattr(stage, "pick", None)
-        if pick is not None and isinstance(pick.kv, KvRouter):
-            return pick.kv
+        if isinstance(pick, PickReplica) and isinstance(pick.kv, KvRouter):
+            return pick
     raise AssertionError("no KV router in the pipeline")
 
 
@@ -77,13 +83,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 "pools": {
                     POOL: {
                         "replicas": [
-                            {"base_url": f"{e.url}/v1", "model": "tiny", "name": label}
+                            {
+                                "base_url": f"{e.url}/v1",
+                                "model": "tiny",
+                                "name": label,
+                                "send_cache_salt": True,
+                            }
                             for label, e in engines.items()
                         ]
                     }
                 },
                 "aliases": {"gpt-4o-mini": POOL},
-                "auth": {"required": False},
+                "auth": {"required": True},
+                "keys": [NORTH[1], SOUTH[1]],
+                "cache": {"response": {"enabled": False}},  # a repeated prompt goes to an engine
                 "store": {"url_env": None},
                 "kv_routing": {
                     "pools": {
@@ -96,17 +109,26 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             },
         )
         server = GatewayServer(policy).start()
-        router = _router(server)
+        pick = _pick(server)
+        assert pick.kv is not None
+        router = pick.kv
         assert server.loop is not None  # load the tokenizer now, on the gateway's loop: no turn waits for it
         load = router.tokenizers.load(str(tmp / "tok-a"))
         tokenizer = asyncio.run_coroutine_threadsafe(load, server.loop).result(30)
         assert tokenizer is not None
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
+        client, other = (
+            openai.OpenAI(base_url=f"{server.url}/v1", api_key=key, max_retries=0, timeout=60)
+            for key in (NORTH[0], SOUTH[0])
+        )
         yield {
             "engines": engines,
             "server": server,
             "router": router,
             "client": client,
+            "other_tenant": other,
+            # the salt the gateway gives tenant north (this process's random secret), to look up
+            # north's blocks as the gateway does
+            "north_salt": pick._salt("north", "SORTYARD_CACHE_SALT_SECRET"),
             "tokenizer": tokenizer,
         }
     finally:
@@ -189,6 +211,23 @@ def test_later_turns_go_to_the_replica_holding_the_conversation(stack: dict[str,
     _wait(lambda: _hits(server) >= hits_before + 6, "six KV hits counted")
 
 
+def test_another_tenants_copy_of_a_conversation_holds_no_block_for_it(stack: dict[str, Any]) -> None:
+    client, other, router = stack["client"], stack["other_tenant"], stack["router"]
+    turns = _conversation("delta")
+    owner = _first_turn(stack, turns)
+    second = next(turns)
+    reason, cached = _turn(client, second)
+    assert _kv_reason(reason)[2] == owner and cached > 0, reason
+    before = _blocks(router)
+    reason, cached = _turn(other, second)  # the same tokens, the other tenant's salt
+    assert _kv_reason(reason)[0::2] == (0, None), reason  # nobody holds its blocks: the balancer chose
+    assert cached == 0  # and the engine, salting them, agrees
+    _wait(_grew(router, before), "the other tenant's blocks in the index")
+    reason, cached = _turn(other, second)
+    held, _, label = _kv_reason(reason)
+    assert held > 0 and label is not None and cached >= held * 16, reason  # now its own copy counts
+
+
 def test_a_restarted_engine_is_forgotten_then_relearned(stack: dict[str, Any]) -> None:
     client, router, engines = stack["client"], stack["router"], stack["engines"]
     turns = _conversation("gamma")
@@ -198,7 +237,9 @@ def test_a_restarted_engine_is_forgotten_then_relearned(stack: dict[str, Any]) -
     assert _kv_reason(reason)[2] == owner, reason
     ids = stack["tokenizer"].prompt_ids({"messages": second})
     assert ids
-    chain = PromptChain(ids, 16)  # the second turn's blocks, as the gateway looks them up
+    chain = PromptChain(
+        ids, 16, stack["north_salt"]
+    )  # the second turn's blocks, as the gateway looks them up
     _wait(lambda: router.index.num_hits((POOL, owner), chain) == len(chain), "the second turn's blocks")
     engine: EngineProcess = engines[owner]
     engine.kill()

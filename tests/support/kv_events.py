@@ -32,9 +32,11 @@ def stored(
     *,
     medium: str | None = "GPU",
     lora_name: str | None = None,
+    extra_keys: list[Any] | None = None,
 ) -> dict[str, Any]:
-    """A ``BlockStored`` event's fields (encoded by :func:`batch`)."""
-    return {
+    """A ``BlockStored`` event's fields (encoded by :func:`batch`); ``extra_keys`` per block, as vLLM
+    sends them (``[["salt"], None, ...]``), only when given."""
+    event = {
         "type": "BlockStored",
         "block_hashes": list(hashes),
         "parent_block_hash": parent,
@@ -44,6 +46,9 @@ def stored(
         "medium": medium,
         "lora_name": lora_name,
     }
+    if extra_keys is not None:
+        event["extra_keys"] = extra_keys
+    return event
 
 
 def removed(hashes: Iterable[Any], *, medium: str | None = "GPU") -> dict[str, Any]:

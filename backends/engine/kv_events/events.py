@@ -95,7 +95,10 @@ def block_stored(
     group_idx: int,
     sliding_window: int | None,
 ) -> BlockStored:
-    """The event for ``run`` (consecutive full blocks) newly cached after ``parent``."""
+    """The event for ``run`` (consecutive full blocks) newly cached after ``parent``. A sequence's first
+    block carries its cache salt in ``extra_keys`` (``("salt",)``), as vLLM's does: the salt went into
+    the block's hash, and a router that names blocks by their tokens needs it to tell tenants apart."""
+    salt = run[0].cache_salt if parent is None else None
     return BlockStored(
         block_hashes=[external_block_hash(h) for h in run],
         parent_block_hash=None if parent is None else external_block_hash(parent),
@@ -104,6 +107,7 @@ def block_stored(
         lora_id=None,
         medium=MEDIUM_GPU,
         lora_name=None,
+        extra_keys=None if salt is None else [(salt,)] + [None] * (len(run) - 1),
         group_idx=group_idx,
         kv_cache_spec_kind=FULL_ATTENTION if sliding_window is None else SLIDING_WINDOW,
         kv_cache_spec_sliding_window=sliding_window,

@@ -38,13 +38,26 @@ def test_unknown_fields_and_event_kinds_are_ignored_missing_trailing_fields_defa
         {"ts": 1.0, "events": [newer, {"type": "BlockMoved", "x": 1}], "data_parallel_rank": None, "new": 2}
     )
     decoded = decode_batch(payload)
-    assert decoded.events == (BlockStored((7,), None, (0, 1, 2, 3), 4, "GPU", None, 0),)
+    assert decoded.events == (BlockStored((7,), None, (0, 1, 2, 3), 4, "GPU", None, 0, (None,)),)
     # an older array-shaped event without medium and lora_name, and a batch without the rank
     old = msgspec.msgpack.encode([2.0, [["BlockStored", [9], None, [1, 2], 2], ["BlockRemoved", [9]]]])
     assert decode_batch(old).events == (
         BlockStored((9,), None, (1, 2), 2, None, None),
         BlockRemoved((9,), None),
     )
+
+
+@pytest.mark.parametrize("shape", ["map", "array"])
+def test_extra_keys_carry_a_first_blocks_cache_salt(shape: str) -> None:
+    event = stored([1, 2], None, range(4), 2, extra_keys=[["salt-a"], None])
+    (decoded,) = decode_batch(batch([event], shape=shape)).events  # type: ignore[arg-type]
+    assert isinstance(decoded, BlockStored) and decoded.extra_keys == (("salt-a",), None)
+    nested = stored([1], None, range(2), 2, extra_keys=[["lora", ["img", 3]]])
+    (decoded,) = decode_batch(batch([nested])).events
+    assert isinstance(decoded, BlockStored) and decoded.extra_keys == (("lora", ("img", 3)),)
+    hash(decoded.extra_keys)  # hashable all the way down
+    (decoded,) = decode_batch(batch([stored([1], None, range(2), 2, extra_keys="junk")])).events  # type: ignore[arg-type]
+    assert isinstance(decoded, BlockStored) and decoded.extra_keys is None
 
 
 def test_list_hashes_become_hashable() -> None:

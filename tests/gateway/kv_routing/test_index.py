@@ -25,13 +25,21 @@ def apply(index: BlockIndex, key: tuple[str, str], *events: dict, **bounds: floa
 
 
 def store_prompt(
-    index: BlockIndex, key: tuple[str, str], num_blocks: int, *, salt: str = "", **bounds: float
+    index: BlockIndex,
+    key: tuple[str, str],
+    num_blocks: int,
+    *,
+    salt: str = "",
+    cache_salt: str | None = None,
+    **bounds: float,
 ) -> None:
-    """As an engine: the prompt's first ``num_blocks`` blocks, in two events (a child names its parent)."""
+    """As an engine: the prompt's first ``num_blocks`` blocks, in two events (a child names its parent);
+    ``salt`` prefixes the engine's hashes, ``cache_salt`` goes in the first block's ``extra_keys``."""
     half = num_blocks // 2
     first = [f"{salt}e{i}" for i in range(half)]
     rest = [f"{salt}e{i}" for i in range(half, num_blocks)]
-    apply(index, key, stored(first, None, PROMPT[: half * 4], 4), **bounds)
+    extra_keys = None if cache_salt is None else [[cache_salt]] + [None] * (half - 1)
+    apply(index, key, stored(first, None, PROMPT[: half * 4], 4, extra_keys=extra_keys), **bounds)
     apply(index, key, stored(rest, first[-1], PROMPT[half * 4 : num_blocks * 4], 4), **bounds)
 
 
@@ -109,10 +117,29 @@ def test_each_replica_is_bounded_and_a_used_prefix_outlives_others() -> None:
 
 def test_two_engine_blocks_with_one_chain_hash_count_until_both_go() -> None:
     index = BlockIndex()
-    store_prompt(index, A, 2, salt="t1-")  # two tenants' salts: one token sequence, two engine blocks
+    # an engine that salts its hashes but does not say so (no extra_keys): one token sequence, two
+    # engine blocks, one chain
+    store_prompt(index, A, 2, salt="t1-")
     store_prompt(index, A, 2, salt="t2-")
     apply(index, A, removed(["t1-e0", "t1-e1"]))
     assert index.num_hits(A, prompt_chain(PROMPT, 4)) == 2
+
+
+def test_a_salted_prompt_matches_only_blocks_cached_for_its_salt() -> None:
+    index = BlockIndex()
+    store_prompt(index, A, 8, salt="t1-", cache_salt="tenant-1")
+    store_prompt(index, B, 8)  # unsalted
+    salted, unsalted = prompt_chain(PROMPT, 4, "tenant-1"), prompt_chain(PROMPT, 4)
+    assert salted[0] == chain_hash(None, PROMPT[:4], ("tenant-1",))
+    assert salted[1] == chain_hash(salted[0], PROMPT[4:8])  # the salt is in the first block's hash only
+    assert index.num_hits(A, salted) == 8
+    assert index.num_hits(A, prompt_chain(PROMPT, 4, "tenant-2")) == 0  # another tenant's copy: no hit
+    assert index.num_hits(A, unsalted) == 0
+    assert index.num_hits(B, unsalted) == 8 and index.num_hits(B, salted) == 0
+    store_prompt(index, A, 4, salt="t2-", cache_salt="tenant-2")  # the same tokens for tenant 2
+    assert index.num_hits(A, prompt_chain(PROMPT, 4, "tenant-2")) == 4
+    apply(index, A, removed(["t1-e0"]))
+    assert index.num_hits(A, salted) == 0 and index.num_hits(A, prompt_chain(PROMPT, 4, "tenant-2")) == 4
 
 
 def test_retain_drops_replicas_the_policy_no_longer_names() -> None:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 import zmq.asyncio
 
-from gateway.cache import MemoryAffinityMap
+from gateway.cache import MemoryAffinityMap, cache_salt
 from gateway.compiled import CompiledPolicy
 from gateway.kv_routing.events import decode_batch
 from gateway.kv_routing.index import BlockIndex
@@ -44,10 +44,18 @@ async def router_for(tokenizer: Path, decisions: list[tuple[str, str]]) -> KvRou
     return KvRouter(index=BlockIndex(), tokenizers=tokenizers, on_decision=lambda *d: decisions.append(d))
 
 
-def hold(router: KvRouter, label: str, token_ids: list[int], num_blocks: int, block_size: int = 4) -> None:
-    """``label``'s engine stored the first ``num_blocks`` blocks of ``token_ids``."""
-    hashes = [f"{label}-{i}" for i in range(num_blocks)]
-    event = stored(hashes, None, token_ids[: num_blocks * block_size], block_size)
+def hold(
+    router: KvRouter,
+    label: str,
+    token_ids: list[int],
+    num_blocks: int,
+    block_size: int = 4,
+    cache_salt: str | None = None,
+) -> None:
+    """``label``'s engine stored the first ``num_blocks`` blocks of ``token_ids`` (for ``cache_salt``)."""
+    hashes = [f"{label}-{cache_salt}-{i}" for i in range(num_blocks)]
+    extra_keys = None if cache_salt is None else [[cache_salt]] + [None] * (num_blocks - 1)
+    event = stored(hashes, None, token_ids[: num_blocks * block_size], block_size, extra_keys=extra_keys)
     router.index.apply(("small", label), decode_batch(batch([event])))
 
 
@@ -74,6 +82,37 @@ async def test_the_pick_goes_to_the_replica_holding_the_prefix_and_says_so(token
         assert call.route_reason == "pool; kv:6/8 blocks@small-1"
         assert call.response_headers["x-sortyard-route-reason"] == call.route_reason
     assert decisions == [("small", "hit"), ("small", "hit")] and events == []  # affinity never asked
+
+
+async def test_only_blocks_cached_for_the_tenants_own_salt_count(tokenizer: Path) -> None:
+    decisions: list[tuple[str, str]] = []
+    router = await router_for(tokenizer, decisions)
+    token_ids = PromptTokenizer.from_dir(tokenizer).prompt_ids(BODY)
+    assert token_ids is not None
+    document = policy_doc(
+        num_replicas=2,
+        kv_routing={"pools": {"small": {"tokenizer": str(tokenizer), "replicas": SOURCES}}},
+        cache={"affinity": {"chunk_bytes": 16}},
+    )
+    for replica in document["pools"]["small"]["replicas"]:
+        replica["send_cache_salt"] = True
+    compiled = compile_doc(document)
+    pick = PickReplica(
+        balancer_for(compiled), MemoryAffinityMap(), kv=router, environ={"SORTYARD_CACHE_SALT_SECRET": "s"}
+    )
+    salt_of = {tenant: cache_salt(tenant, "s") for tenant in ("north", "south")}
+    hold(router, "small-0", token_ids, 6, cache_salt=salt_of["north"])
+    hold(router, "small-1", token_ids, 2, cache_salt=salt_of["south"])
+    for tenant, label, held in (("north", "small-0", 6), ("south", "small-1", 2)):
+        call = build_call(compiled, BODY, tenant=tenant)
+        await pick(call)
+        assert call.replica is not None and call.replica.label == label
+        assert (call.route_reason or "").endswith(f"kv:{held}/8 blocks@{label}"), call.route_reason
+        assert call.body["cache_salt"] == salt_of[tenant]
+    call = build_call(compiled, BODY, tenant="west")  # the same prompt, cached only for others
+    await pick(call)
+    assert (call.route_reason or "").endswith("kv:0/8 blocks"), call.route_reason
+    assert decisions[-1] == ("small", "miss")
 
 
 async def test_nobody_holding_the_prefix_leaves_the_choice_to_the_balancer(tokenizer: Path) -> None:

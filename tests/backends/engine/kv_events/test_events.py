@@ -121,6 +121,23 @@ def test_a_vllm_shaped_decoder_reads_our_payload() -> None:
     assert got.events[0].token_ids == [9, 10]
 
 
+def test_a_salted_sequences_first_block_carries_its_salt_in_extra_keys() -> None:
+    """vLLM's per-block ``extra_keys``: the cache salt on the sequence's first block only."""
+    parent = root_digest("tenant-a")
+    h0 = hash_block(parent, [1, 2], "tenant-a")
+    h1 = hash_block(h0.digest, [3, 4], "tenant-a")
+    h2 = hash_block(h1.digest, [5, 6], "tenant-a")
+    first = block_stored([h0, h1], None, 2, group_idx=0, sliding_window=None)
+    assert first.extra_keys == [("tenant-a",), None]
+    later = block_stored([h2], h1, 2, group_idx=0, sliding_window=None)  # its salt is in its parent's
+    assert later.extra_keys is None
+    payload = encode_batch(KVEventBatch(1.0, [first, later]))
+    got = msgspec.msgpack.decode(payload, type=_Batch)  # a vLLM-shaped subscriber reads it
+    assert got.events[0].extra_keys == [["tenant-a"], None] and got.events[1].extra_keys is None
+    unsalted = block_stored(_chain([1, 2]), None, 2, group_idx=0, sliding_window=None)
+    assert "extra_keys" not in msgpack.unpackb(encode_batch(KVEventBatch(1.0, [unsalted])))["events"][0]
+
+
 def test_external_hash_is_an_unsigned_64_bit_fold_of_the_digest() -> None:
     (h,) = _chain([1, 2, 3])
     value = external_block_hash(h)

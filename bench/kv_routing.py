@@ -38,15 +38,16 @@ the same share as one carrying none, and where a router piles conversations show
     python bench/kv_routing.py --modes round_robin affinity kv --turns 10 14 --systems 1 --gateways 2 \
         --redis-url redis://127.0.0.1:6379 --engine-cpus 0.45 --kv-cache-mib 96 --stagger-s 2
 
-Compare the modes within one run; the absolute figures do not transfer.
+Compare the modes within one run; the absolute figures do not transfer. The workload and its client
+are in ``bench/kv_chat.py``; ``--log-dir`` keeps every request's TTFT, route reason and cached tokens.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -61,6 +62,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kv_chat import Conversation, Turn, converse, workload  # noqa: E402
+
 from tools.servers.cpu_quota import CpuQuota, cpu_quota_root  # noqa: E402
 from tools.servers.engine_process import EngineProcess  # noqa: E402
 from tools.servers.gateway_process import GatewayProcess  # noqa: E402
@@ -69,34 +72,6 @@ MODES = ("ceiling", "round_robin", "affinity", "kv")
 CEILING_KV_CACHE_MIB = 1024
 """The ceiling's one engine: room for every conversation of the workload, so nothing is evicted."""
 POOL = "chat"
-WORDS = (
-    "account billing invoice refund shipping parcel warehouse router firmware update battery charger "
-    "screen cable adapter warranty policy customer order delivery tracking address payment card bank "
-    "transfer schedule meeting report summary budget forecast quarter revenue margin supplier contract"
-).split()
-
-Conversation = list[str]
-"""A conversation's user turns; the first carries its system prompt's index and document."""
-
-
-def text(rng: random.Random, num_words: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(num_words))
-
-
-def workload(args: argparse.Namespace) -> tuple[list[str], list[tuple[int, Conversation]]]:
-    """The shared system prompts, and each conversation's system prompt index and user turns."""
-    rng = random.Random(args.seed)
-    systems = [
-        f"You are support assistant {i} of shop {i}. Follow these rules. {text(rng, args.system_words)}"
-        for i in range(args.systems)
-    ]
-    conversations = []
-    for c in range(args.conversations):
-        document = f"Customer file {c}: {text(rng, args.document_words)}"
-        turns = [f"{document}\n\nQuestion 1: {text(rng, 12)}?"]
-        turns += [f"Question {t}: {text(rng, 12)}?" for t in range(2, rng.randint(*args.turns) + 1)]
-        conversations.append((c % args.systems, turns))
-    return systems, conversations
 
 
 def policy(
@@ -136,43 +111,6 @@ def policy(
             }
         }
     return document
-
-
-def chat(http: httpx.Client, url: str, messages: list[dict[str, str]], max_tokens: int) -> tuple[float, str]:
-    """One streamed turn: its TTFT in seconds and the reply's text."""
-    body = {"model": POOL, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True}
-    started = time.perf_counter()
-    ttft: float | None = None
-    parts: list[str] = []
-    with http.stream("POST", url + "/v1/chat/completions", json=body) as response:
-        if response.status_code != 200:
-            raise RuntimeError(f"HTTP {response.status_code}: {response.read()!r}")
-        for line in response.iter_lines():
-            if not line.startswith("data: {"):
-                continue
-            if ttft is None:
-                ttft = time.perf_counter() - started
-            for choice in json.loads(line[6:]).get("choices", []):
-                parts.append((choice.get("delta") or {}).get("content") or "")
-    assert ttft is not None, "no chunk streamed"
-    return ttft, "".join(parts)
-
-
-def converse(
-    urls: list[str], system: str, turns: Conversation, max_tokens: int, number: int, start_after_s: float
-) -> list[float]:
-    """One conversation, turn after turn, from ``start_after_s`` on; with several gateways its turns go
-    to each in turn (a load balancer in front of a gateway fleet keeps no conversation on one)."""
-    time.sleep(start_after_s)
-    messages = [{"role": "system", "content": system}]
-    ttfts = []
-    with httpx.Client(timeout=600) as http:
-        for t, user in enumerate(turns):
-            messages.append({"role": "user", "content": user})
-            ttft, reply = chat(http, urls[(number + t) % len(urls)], messages, max_tokens)
-            ttfts.append(ttft)
-            messages.append({"role": "assistant", "content": reply})
-    return ttfts
 
 
 def run_mode(
@@ -225,12 +163,22 @@ def run_mode(
         with ThreadPoolExecutor(args.concurrency) as pool:
             runs = pool.map(
                 lambda c: converse(
-                    urls, systems[c[1][0]], c[1][1], args.max_tokens, c[0], first_start(c[0], args)
+                    urls,
+                    POOL,
+                    systems[c[1][0]],
+                    c[1][1],
+                    args.max_tokens,
+                    c[0],
+                    first_start(c[0], args),
+                    started,
                 ),
                 enumerate(conversations),
             )
-            ttfts = sorted(t for run in runs for t in run)
+            turns: list[Turn] = [turn for run in runs for turn in run]
         wall_s = time.perf_counter() - started
+        with open(tmp / f"{mode}-turns.jsonl", "w") as out:  # each request: why it was slow or fast
+            out.writelines(json.dumps(dataclasses.asdict(turn)) + "\n" for turn in turns)
+        ttfts = sorted(turn.ttft_s for turn in turns)
         after = {label: e.metrics() for label, e in engines.items()}
         decisions = kv_decisions(urls) if mode == "kv" else {}
     finally:
@@ -352,7 +300,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1, help="runs of every mode; medians are reported")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json-out")
-    parser.add_argument("--log-dir", help="keep the engines' logs and policies here (default: a temp dir)")
+    parser.add_argument(
+        "--log-dir",
+        help="keep the engines' logs, the policies and each mode's turns (<mode>-turns.jsonl: TTFT, "
+        "route reason, cached tokens of every request) here (default: a temp dir)",
+    )
     args = parser.parse_args()
     if args.engine_cpus and cpu_quota_root() is None:
         parser.error("--engine-cpus needs a writable cgroup CPU controller (root, or a delegated subtree)")

@@ -94,14 +94,19 @@ def build_caches(policy: Policy, metrics: Metrics) -> Caches:
     stored: Blobs
     semantic: SemanticLog
     if url:
-        responses = RedisResponseCache(url, on_event=metrics.cache_hook("response"))
-        affinity = RedisAffinityMap(url, on_event=metrics.cache_hook("affinity"))
-        embeddings = RedisEmbeddingCache(url, on_event=metrics.cache_hook("embedding"))
-        sticky = RedisBlobs(url, on_event=metrics.cache_hook("sticky"), name="sticky tiers")
+        timeout_s = policy.store.cache_timeout_s
+        responses = RedisResponseCache(url, timeout_s=timeout_s, on_event=metrics.cache_hook("response"))
+        affinity = RedisAffinityMap(url, timeout_s=timeout_s, on_event=metrics.cache_hook("affinity"))
+        embeddings = RedisEmbeddingCache(url, timeout_s=timeout_s, on_event=metrics.cache_hook("embedding"))
+        sticky = RedisBlobs(
+            url, timeout_s=timeout_s, on_event=metrics.cache_hook("sticky"), name="sticky tiers"
+        )
         # a miss here is a 404 to the client, not a cache miss: a longer wait before giving up
         stored = RedisBlobs(url, timeout_s=max(policy.store.timeout_s, 0.5), name="stored responses")
         semantic = RedisSemanticLog(
-            RedisBlobs(url, on_event=metrics.cache_hook("semantic"), name="semantic cache")
+            RedisBlobs(
+                url, timeout_s=timeout_s, on_event=metrics.cache_hook("semantic"), name="semantic cache"
+            )
         )
     else:
         responses = MemoryResponseCache(on_event=metrics.cache_hook("response"))

@@ -131,6 +131,10 @@ class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """When Redis fails: fall back to a local limiter, or answer 503."""
     timeout_s: Annotated[float, msgspec.Meta(gt=0, le=5)] = 0.25
     """No request waits longer than this on the store."""
+    cache_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=5)] = 0.05
+    """The most one Redis call of a cache (responses, prefix affinity, embeddings, sticky tiers, the
+    semantic cache) may take: past it the request goes on as a miss, and that cache skips Redis for
+    a second. Raise it where Redis is far (another zone) or the machine is loaded."""
     local_credit: bool = True
     """Admit most requests from credit taken in Redis and write settles in batches (see
     ``gateway/stores/credit.py``): limits stay exact across replicas, with a fraction of the round

@@ -14,6 +14,7 @@ from gateway.cache.embedding_cache import MemoryEmbeddingCache, RedisEmbeddingCa
 from gateway.keys.redis_store import RedisKeyStore
 from gateway.keys.store import FileKeyStore
 from gateway.policy import Policy, parse_policy
+from gateway.semantic_cache import RedisSemanticLog
 from gateway.settings import Settings
 from gateway.state_factories import build_caches, build_key_store, build_store
 from gateway.stores import CreditStore, FailoverStore, MemoryStore, RedisStore
@@ -67,6 +68,26 @@ async def test_with_a_url_the_store_caches_and_keys_are_in_redis(monkeypatch: py
     await caches.close()
     await store.close()
     assert fell_back == []
+
+
+async def test_every_cache_bounds_its_redis_calls_by_the_policys_cache_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(URL_ENV, UNREACHABLE)
+    for timeout_s in (0.05, 1.5):  # the default, and a far Redis's
+        caches = build_caches(policy(cache_timeout_s=timeout_s), Metrics())
+        assert isinstance(caches.responses, RedisResponseCache)
+        assert isinstance(caches.affinity, RedisAffinityMap) and isinstance(
+            caches.embeddings, RedisEmbeddingCache
+        )
+        assert isinstance(caches.sticky, RedisBlobs)
+        semantic_log = caches.semantic.log
+        assert isinstance(semantic_log, RedisSemanticLog)
+        guarded = [caches.responses.blobs, caches.affinity.blobs, caches.embeddings.blobs, caches.sticky]
+        guarded.append(semantic_log.blobs)
+        assert {b.guard.timeout_s for b in guarded if isinstance(b, RedisBlobs)} == {timeout_s}
+        assert len([b for b in guarded if isinstance(b, RedisBlobs)]) == 5
+        await caches.close()
 
 
 async def test_without_local_credit_every_request_goes_to_redis(monkeypatch: pytest.MonkeyPatch) -> None:

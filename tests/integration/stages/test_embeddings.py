@@ -19,7 +19,9 @@ def setup(
     monkeypatch.setenv("SORTYARD_REDIS_URL", request.getfixturevalue("redis_flushed"))
     upstream = FakeUpstream().start()
     document = fake_policy(upstream.base_url)
-    document["store"] = {"url_env": "SORTYARD_REDIS_URL"}
+    # a cache's 50 ms bound on a Redis call is for production: on a loaded test machine one slow call
+    # would turn the next requests into misses, and this is about what is stored
+    document["store"] = {"url_env": "SORTYARD_REDIS_URL", "cache_timeout_s": 2}
     # "primary" is down and falls back to "backup", whose replica serves another embedding model
     document["pools"]["primary"] = {"replicas": [{"base_url": "http://127.0.0.1:9/v1", "model": "echo"}]}
     document["pools"]["backup"] = {"replicas": [{"base_url": upstream.base_url, "model": "other-embedder"}]}

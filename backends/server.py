@@ -76,6 +76,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument(
+        "--long-prefill-token-threshold",
+        type=int,
+        default=0,
+        help="most prompt tokens one request computes in a step, so a long prompt's prefill does not hold "
+        "the decodes and short prompts beside it for its whole length; 0: no cap",
+    )
+    parser.add_argument(
         "--background-prefill-tokens",
         type=int,
         default=None,
@@ -275,6 +282,7 @@ def build_engine(
         ngram_prompt_lookup_min=args.ngram_prompt_lookup_min,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
+        long_prefill_token_threshold=args.long_prefill_token_threshold,
         background_prefill_tokens=args.background_prefill_tokens,
         background_decode_seqs=args.background_decode_seqs,
         max_model_len=args.max_model_len,

@@ -28,6 +28,11 @@ class EngineConfig:
     """Most sequences running in one step."""
     max_num_batched_tokens: int = 2048
     """Token budget of one step (decodes plus prefill chunks)."""
+    long_prefill_token_threshold: int = 0
+    """Most prompt tokens one sequence computes in a step (vLLM's ``--long-prefill-token-threshold``):
+    a longer prompt prefills in chunks this size, so the decodes and short prompts that share its steps
+    are not held for its whole prefill (on a CPU, a 430-token prompt is a step of seconds). 0: no cap,
+    a prompt takes as much of a step's budget as it needs, as in vLLM."""
     background_prefill_tokens: int | None = None
     """Most prompt tokens a step computes, all together, for sequences of a worse priority class than
     the best one running or waiting (batch lines beside interactive requests), so their prefills add
@@ -108,7 +113,7 @@ class EngineConfig:
             raise ValueError("block_size must be >= 1")
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
-        for name in ("background_prefill_tokens", "background_decode_seqs"):
+        for name in ("background_prefill_tokens", "background_decode_seqs", "long_prefill_token_threshold"):
             if (getattr(self, name) or 0) < 0:
                 raise ValueError(f"{name} must be >= 0 (0: no cap)")
         if self.quantization is not None and self.quantization not in QUANTIZATION_METHODS:

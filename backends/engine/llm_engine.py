@@ -78,7 +78,7 @@ class LLMEngine:
             keep_freed_memory()
         # what the device held before this engine: its own bytes are what they grow by
         is_cuda = self.device.type == "cuda"
-        baseline_allocated_bytes = torch.cuda.memory_allocated(self.device) if is_cuda else 0
+        baseline_bytes = torch.cuda.memory_allocated(self.device) if is_cuda else 0
         started = time.monotonic()
         log.info("loading model %s", config.model)
         loaded: LoadedModel = (loader or load_model)(config.model)
@@ -115,12 +115,7 @@ class LLMEngine:
                 batch_hint=config.max_num_batched_tokens,
             )
         plan = plan_kv_cache(
-            cfg,
-            config,
-            self.device,
-            dtype,
-            self.max_model_len,
-            baseline_allocated_bytes=baseline_allocated_bytes,
+            cfg, config, self.device, dtype, self.max_model_len, baseline_allocated_bytes=baseline_bytes
         )
         if self.workers is not None:  # each worker allocates its KV cache shard from this plan
             start_runners(self.workers, plan)
@@ -150,6 +145,7 @@ class LLMEngine:
             proposer=self.proposer,
             speculative_max_batch=config.speculative_max_batch,
             background=config.background_on(self.device.type),
+            long_prefill_token_threshold=config.long_prefill_token_threshold,
         )
         self.runner = ModelRunner(
             model,

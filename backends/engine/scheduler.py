@@ -2,7 +2,10 @@
 
 Every step gets a token budget (``max_num_batched_tokens``) and a sequence cap (``max_num_seqs``).
 Running sequences go first (a decode costs one token, an unfinished prefill its next chunk), then
-waiting ones in (priority, arrival) order. A prompt of a better priority class computes in steps of its
+waiting ones in (priority, arrival) order. ``long_prefill_token_threshold`` caps one sequence's chunk,
+as vLLM's does: a long prompt then prefills over several steps and leaves each step's budget to the
+decodes and short prompts beside it, whose first token would otherwise wait for its whole prefill.
+A prompt of a better priority class computes in steps of its
 own: while one waits or prefills, running sequences of worse classes sit those steps out (they keep
 their blocks) and no prompt of a worse class starts beside it, so an interactive request's first token
 waits on no batch work; they run again in the next step without one, and their prompts share
@@ -100,11 +103,13 @@ class Scheduler:
         proposer: Proposer | None = None,
         speculative_max_batch: int | None = None,
         background: BackgroundLimits = BackgroundLimits(),
+        long_prefill_token_threshold: int = 0,
     ) -> None:
         """``eos_token_id`` and ``max_model_len`` stop a sequence (None: never); ``token_text`` is one
         token's text, for logprobs. ``proposer`` turns on speculative decoding for decodes, in steps with
         fewer than ``speculative_max_batch`` running sequences (None: any). ``background`` caps what a
-        step gives sequences of worse priority classes than the best one present (none: no caps)."""
+        step gives sequences of worse priority classes than the best one present (none: no caps);
+        ``long_prefill_token_threshold`` the prompt tokens one sequence computes in a step (0: no cap)."""
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -114,6 +119,7 @@ class Scheduler:
         self.proposer = proposer
         self.speculative_max_batch = speculative_max_batch
         self.background = BackgroundShare(background)
+        self.long_prefill_token_threshold = long_prefill_token_threshold
         self.waiting: list[Sequence] = []  # sorted by sort_key
         self.running: list[Sequence] = []  # sorted by sort_key
         self.forks: dict[int, list[Sequence]] = {}
@@ -214,9 +220,7 @@ class Scheduler:
                 self.finish(seq, "length")  # grew past the whole pool: it can never fit
                 out.finished.append(seq)
                 continue
-            start = seq.num_computed_tokens
-            num_new = min(seq.num_tokens - start, budget, bm.max_new_tokens(seq, start))
-            num_new = self.background.grant(seq, num_new)
+            num_new = self.background.grant(seq, self._chunk(seq, seq.num_computed_tokens, budget))
             if num_new == 0:
                 continue  # a worse class's, and this step's share for them is spent
             while not bm.can_append(seq, num_new):
@@ -247,9 +251,7 @@ class Scheduler:
                 out.finished.append(seq)
                 continue
             computed = bm.get_computed_blocks(seq)
-            start = len(computed) * bm.block_size
-            num_new = min(seq.num_tokens - start, budget, bm.max_new_tokens(seq, start))
-            num_new = self.background.grant(seq, num_new)
+            num_new = self.background.grant(seq, self._chunk(seq, len(computed) * bm.block_size, budget))
             if num_new == 0 or not bm.can_allocate(seq, computed, num_new):
                 break
             self.waiting.pop(0)
@@ -260,6 +262,13 @@ class Scheduler:
             out.scheduled.append(ScheduledSeq(seq, num_new))
             budget -= num_new
         return budget, preempted
+
+    def _chunk(self, seq: Sequence, start: int, budget: int) -> int:
+        """The tokens seq may compute this step from ``start``: what is left, within the budget, the
+        blocks and the long-prefill cap."""
+        num_new = min(seq.num_tokens - start, budget, self.block_manager.max_new_tokens(seq, start))
+        cap = self.long_prefill_token_threshold
+        return min(num_new, cap) if cap else num_new
 
     def _speculate(self, out: SchedulerOutput, budget: int) -> int:
         """Give this step's decodes the proposer's tokens, as many as the budget, their limits and free

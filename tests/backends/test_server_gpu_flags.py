@@ -1,5 +1,6 @@
-"""The server's GPU flags: --gpu-memory-utilization and --enforce-eager reach each engine's config, the
-utilization split between the engines as the KV budget is."""
+"""The server's GPU and scheduling flags: --gpu-memory-utilization, --enforce-eager and
+--long-prefill-token-threshold reach each engine's config, the utilization split between the engines as
+the KV budget is."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from backends.server import build_engine, parse_args
 def test_defaults_are_vllms() -> None:
     args = parse_args([])
     assert args.gpu_memory_utilization == 0.9 and args.enforce_eager is False
+    assert args.long_prefill_token_threshold == 0  # no cap
 
 
 def test_the_flags_reach_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -28,8 +30,11 @@ def test_the_flags_reach_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(llm_engine, "LLMEngine", FakeEngine)
     monkeypatch.setattr(async_engine, "AsyncLLMEngine", lambda engine, **kwargs: engine)
-    args = parse_args(["--gpu-memory-utilization", "0.6", "--enforce-eager"])
+    args = parse_args(
+        ["--gpu-memory-utilization", "0.6", "--enforce-eager", "--long-prefill-token-threshold", "64"]
+    )
     build_engine(args, "smollm2-135m", share=2)
+    assert configs[0].long_prefill_token_threshold == 64
     assert configs[0].gpu_memory_utilization == pytest.approx(0.3)  # two engines share the GPU
     assert configs[0].enforce_eager is True
 

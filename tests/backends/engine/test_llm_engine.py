@@ -213,3 +213,32 @@ def test_priority_classes_reorder_steps_never_tokens(make_engine: EngineFactory)
         r: o.outputs[0].token_ids for r, o in expected.items()
     }
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+
+
+def test_long_prefill_cap_changes_steps_never_tokens(make_engine: EngineFactory) -> None:
+    """Long prompts prefill in chunks of ``long_prefill_token_threshold``, a short prompt sent beside one
+    answers before its prefill ends, every request answers as without the cap, and no block is kept."""
+    prompts = [[(5 * i + j) % 200 + 1 for j in range(30 + 11 * i)] for i in range(4)]
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    expected = run_all(make_engine(), [(f"r{i}", p) for i, p in enumerate(prompts)], params)
+    engine = make_engine(long_prefill_token_threshold=7)
+    engine.add_request("r3", prompts[3], params)  # 63 tokens: 9 steps of prompt
+    engine.step()
+    for i in range(3):
+        engine.add_request(f"r{i}", prompts[i], params)
+    first_token_step: dict[str, int] = {}
+    got = {}
+    step = 0
+    while engine.has_unfinished_requests():
+        step += 1
+        for out in engine.step():
+            engine.check_invariants()
+            if out.outputs[0].token_ids:
+                first_token_step.setdefault(out.request_id, step)
+            if out.finished:
+                got[out.request_id] = out
+    assert first_token_step["r0"] < first_token_step["r3"]  # 30 tokens of 7 a step, beside the long one
+    assert {r: o.outputs[0].token_ids for r, o in got.items()} == {
+        r: o.outputs[0].token_ids for r, o in expected.items()
+    }
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks

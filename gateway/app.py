@@ -134,7 +134,9 @@ def create_app(
         settings.policy_path, overlay=settings.overlay_path, poll_interval_s=settings.reload_interval_s
     )
     client = client or Http1UpstreamClient(
-        max_connections=settings.max_upstream_connections, ssl_context=upstream_context(settings)
+        max_connections=settings.max_upstream_connections,
+        keepalive_s=settings.upstream_keepalive_s,
+        ssl_context=upstream_context(settings),
     )
     metrics = metrics or Metrics()
     store = store or build_store(reloader.policy, on_fallback=metrics.count_store_fallback)

@@ -54,6 +54,10 @@ class Settings:
     one replica is honoured or refused on every other within this plus one store round trip."""
     max_upstream_connections: int = 1024
     """Size of the upstream connection pool per process."""
+    upstream_keepalive_s: float = 4.0
+    """How long an idle upstream connection stays pooled. Below the servers' own idle timeout (5 s in
+    uvicorn, so vLLM and the reference engine, and in llama.cpp's server), so the gateway never sends a
+    request on a connection the server is closing at that moment, which fails it unanswered."""
     hard_max_body_bytes: int = 64 * 1024 * 1024
     """A ceiling above any policy's ``limits.max_body_bytes``."""
     header_read_timeout_s: float = 10.0
@@ -92,6 +96,8 @@ class Settings:
             raise ValueError(f"SORTYARD_TLS_CLIENT_AUTH must be one of {', '.join(TLS_CLIENT_AUTH)}")
         if self.tls_client_ca and not self.tls_certfile:
             raise ValueError("a client CA (SORTYARD_TLS_CLIENT_CA) needs TLS (a certificate and key)")
+        if self.upstream_keepalive_s <= 0:
+            raise ValueError("SORTYARD_UPSTREAM_KEEPALIVE_S must be > 0")
 
     @property
     def overlay_path(self) -> str:
@@ -120,6 +126,7 @@ class Settings:
             ("audit_file", str),
             ("keys_refresh_s", float),
             ("max_upstream_connections", int),
+            ("upstream_keepalive_s", float),
             ("header_read_timeout_s", float),
             ("body_read_timeout_s", float),
             ("drain_delay_s", float),

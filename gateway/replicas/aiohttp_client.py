@@ -77,7 +77,7 @@ class AiohttpUpstreamClient:
     """The aiohttp client: one ``aiohttp.ClientSession`` with a pooled keep-alive connector (the default
     before ``Http1UpstreamClient``; kept for comparison)."""
 
-    def __init__(self, *, max_connections: int = 1024, keepalive_s: float = 30.0) -> None:
+    def __init__(self, *, max_connections: int = 1024, keepalive_s: float = 4.0) -> None:
         self.max_connections = max_connections
         self.keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None

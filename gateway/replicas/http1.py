@@ -13,7 +13,9 @@ entered per request: the deadlines live on the connection's own timer
 (``gateway.replicas.http1_connection``).
 
 The pool keeps idle connections per origin ``(scheme, host, port)`` and reuses the most recent first
-(LIFO: the warm ones stay warm, the rest expire after ``keepalive_s``). A connection goes back only
+(LIFO: the warm ones stay warm, the rest expire after ``keepalive_s``, 4 s by default: before the
+servers' own idle timeouts, 5 s in uvicorn and llama.cpp, close them, so no request is written on a
+connection the server is closing at that moment). A connection goes back only
 when its response came in whole and the server keeps it alive; one the server closes while idle
 leaves the pool at once. ``max_connections`` bounds the open connections of all origins together;
 a request past it closes an idle connection of another origin, or waits its turn (FIFO).
@@ -105,7 +107,7 @@ class Http1UpstreamClient:
         self,
         *,
         max_connections: int = 1024,
-        keepalive_s: float = 30.0,
+        keepalive_s: float = 4.0,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.max_connections = max_connections

@@ -5,7 +5,8 @@ turn resends the whole history with the model's earlier replies (fixed seed: eve
 user turns). :func:`converse` plays one conversation turn after turn and returns a :class:`Turn` per
 request: its TTFT, which gateway and replica served it and why (``x-sortyard-route-reason``), and the
 prompt tokens the engine found cached (the stream's last chunk's usage). ``bench/kv_routing.py
---log-dir`` keeps them, one JSON line per turn, to tell what a slow turn waited for.
+--log-dir`` keeps them, one JSON line per turn, to tell what a slow turn waited for; :func:`alone`
+finds the turns that had their replica to themselves, whose TTFT is the bench's floor.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -37,6 +39,8 @@ class Turn:
     started_s: float
     """From the run's start."""
     ttft_s: float
+    ended_s: float
+    """When its stream ended, from the run's start."""
     prompt_tokens: int
     cached_tokens: int
     route: str
@@ -125,6 +129,35 @@ def converse(
             ttft, reply, route, tokens = chat(
                 http, urls[(number + t) % len(urls)], model, messages, max_tokens
             )
-            played.append(Turn(number, t + 1, started_s, ttft, tokens["prompt"], tokens["cached"], route))
+            ended_s = time.perf_counter() - run_started
+            played.append(
+                Turn(number, t + 1, started_s, ttft, ended_s, tokens["prompt"], tokens["cached"], route)
+            )
             messages.append({"role": "assistant", "content": reply})
     return played
+
+
+def alone(turns: list[Turn]) -> dict[str, int]:
+    """The later turns that had their replica to themselves until their first token: KV hits (their
+    route names the replica) that overlapped no other request there, nor any request whose replica
+    the route does not name. Their TTFT is the most a pick could give a turn, whatever it chooses."""
+    replica = {
+        id(turn): turn.route.rpartition("blocks@")[2] if "blocks@" in turn.route else None for turn in turns
+    }
+    solo = []
+    for turn in turns:
+        label = replica[id(turn)]
+        if turn.turn == 1 or label is None:
+            continue
+        first_token_s = turn.started_s + turn.ttft_s
+        if not any(
+            other is not turn
+            and replica[id(other)] in (label, None)
+            and other.started_s < first_token_s
+            and other.ended_s > turn.started_s
+            for other in turns
+        ):
+            solo.append(turn.ttft_s)
+    if not solo:
+        return {}
+    return {"alone_turns": len(solo), "alone_ttft_p50_ms": round(1000 * statistics.median(solo))}

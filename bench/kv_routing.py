@@ -22,7 +22,11 @@ the picks its own process made, while every gateway hears every engine's KV even
 
 Reported per mode: TTFT p50/p90 (first streamed chunk, ``max_tokens`` 16), the engines' prefix-cache
 hit rate (``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``, in tokens, summed over the
-replicas), requests per replica and the busiest replica's load over the mean.
+replicas), requests per replica and the busiest replica's load over the mean. The ``kv`` mode also
+gives a floor: the TTFT p50 of the later turns that had their replica to themselves until their
+first token (their route reason names it, and no other request overlapped there), about the least any
+pick could give a turn; affinity's p50 over it is about the most a pick could gain at the median.
+``--long-prefill-tokens N`` starts the engines with ``--long-prefill-token-threshold N``.
 
     python bench/kv_routing.py                        # ~5-8 min on 2 cores
     python bench/kv_routing.py --modes affinity kv --gateways 2 --redis-url redis://127.0.0.1:6379
@@ -62,7 +66,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kv_chat import Conversation, Turn, converse, workload  # noqa: E402
+from harness.processes import tree_cpu_s  # noqa: E402
+from kv_chat import Conversation, Turn, alone, converse, workload  # noqa: E402
 
 from tools.servers.cpu_quota import CpuQuota, cpu_quota_root  # noqa: E402
 from tools.servers.engine_process import EngineProcess  # noqa: E402
@@ -125,6 +130,8 @@ def run_mode(
         str(kv_cache_mib << 20),
         "--max-num-seqs",
         "8",
+        "--long-prefill-token-threshold",
+        str(args.long_prefill_tokens),
     )
     tokenizer = tmp / f"tokenizer-{mode}"
     engines = {
@@ -158,6 +165,7 @@ def run_mode(
             gateways.append(GatewayProcess(path, env=env))
         urls = [gateway.wait_ready().url for gateway in gateways]
         before = {label: e.metrics() for label, e in engines.items()}
+        cpu_before = cpu_seconds(gateways, engines)
         systems, conversations = work
         started = time.perf_counter()
         with ThreadPoolExecutor(args.concurrency) as pool:
@@ -176,6 +184,7 @@ def run_mode(
             )
             turns: list[Turn] = [turn for run in runs for turn in run]
         wall_s = time.perf_counter() - started
+        cpu_after = cpu_seconds(gateways, engines)
         with open(tmp / f"{mode}-turns.jsonl", "w") as out:  # each request: why it was slow or fast
             out.writelines(json.dumps(dataclasses.asdict(turn)) + "\n" for turn in turns)
         ttfts = sorted(turn.ttft_s for turn in turns)
@@ -208,7 +217,16 @@ def run_mode(
         "per_replica": [int(served[label]) for label in engines],
         "max_over_mean": round(max(served.values()) / mean, 2) if mean else 0.0,
         "kv_decisions": decisions,
+        "gateway_cpu_ms_per_request": round(1000 * (cpu_after[0] - cpu_before[0]) / len(ttfts), 2),
+        "engine_cpu_ms_per_request": round(1000 * (cpu_after[1] - cpu_before[1]) / len(ttfts), 1),
+        **alone(turns),
     }
+
+
+def cpu_seconds(gateways: list[GatewayProcess], engines: dict[str, EngineProcess]) -> tuple[float, float]:
+    """CPU seconds used so far by the gateways, and by the engines (each with its children)."""
+    engine_pids = [e.proc.pid for e in engines.values() if e.proc is not None]
+    return sum(tree_cpu_s(g.proc.pid) for g in gateways), sum(map(tree_cpu_s, engine_pids))
 
 
 def first_start(number: int, args: argparse.Namespace) -> float:
@@ -230,13 +248,15 @@ def kv_decisions(urls: list[str]) -> dict[str, int]:
 
 def report(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| mode | requests | TTFT p50 ms | TTFT p90 ms | engines' prefix hit rate | per replica | max/mean |",
-        "|---|---|---|---|---|---|---|",
+        "| mode | requests | TTFT p50 ms | TTFT p90 ms | engines' prefix hit rate | per replica | max/mean "
+        "| CPU ms a request: gateways, engines |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r['mode']} | {r['requests']} | {r['ttft_p50_ms']} | {r['ttft_p90_ms']} | "
-            f"{100 * r['prefix_hit_rate']:.1f}% | {r['per_replica']} | {r['max_over_mean']} |"
+            f"{100 * r['prefix_hit_rate']:.1f}% | {r['per_replica']} | {r['max_over_mean']} | "
+            f"{r.get('gateway_cpu_ms_per_request', '-')}, {r.get('engine_cpu_ms_per_request', '-')} |"
         )
     by_mode = {r["mode"].partition(" ")[0]: r for r in results}
     if {"affinity", "kv"} <= by_mode.keys():
@@ -247,6 +267,13 @@ def report(results: list[dict[str, Any]]) -> str:
             f"prefix hits {100 * kv['prefix_hit_rate']:.1f}% (target >= 90%); max/mean load "
             f"{kv['max_over_mean']} (target <= 1.5); KV decisions {kv['kv_decisions']}"
         )
+        if kv.get("alone_turns"):
+            floor = kv["alone_ttft_p50_ms"]
+            lines.append(
+                f"Floor: {kv['alone_turns']} later turns had their replica to themselves (kv mode): TTFT "
+                f"p50 {floor} ms; affinity's p50 is {aff['ttft_p50_ms'] / floor:.2f}x that, the most a pick "
+                "could gain at the median"
+            )
     if "ceiling" in by_mode and by_mode["ceiling"]["prefix_hit_rate"]:
         top = by_mode["ceiling"]["prefix_hit_rate"]
         reached = ", ".join(
@@ -291,6 +318,13 @@ def main() -> int:
     )
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--kv-cache-mib", type=int, default=1024, help="each engine's KV cache")
+    parser.add_argument(
+        "--long-prefill-tokens",
+        type=int,
+        default=0,
+        help="each engine's --long-prefill-token-threshold: a long prompt prefills in chunks this size, "
+        "beside the other conversations' turns (0: in one step)",
+    )
     parser.add_argument(
         "--engine-cpus",
         type=float,

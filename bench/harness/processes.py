@@ -151,7 +151,12 @@ class ManagedProcess:
 
     def cpu_s(self) -> float:
         """User + system CPU seconds used so far by the process and its live descendants."""
-        return sum(_cpu_s(pid) for pid in self.tree_pids())
+        return tree_cpu_s(self.pid)
+
+
+def tree_cpu_s(root_pid: int) -> float:
+    """User + system CPU seconds used so far by ``root_pid`` and its live descendants."""
+    return sum(_cpu_s(pid) for pid in process_tree(root_pid))
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -18,6 +18,7 @@ from typing import Literal
 
 from gateway.client_limits import ClientLimiter
 from gateway.compiled import CompiledPolicy
+from gateway.drain_mark import DrainMark
 from gateway.inflight import InFlight
 from gateway.keys import FileKeyStore, KeyAdmin, KeyRegistry
 from gateway.pipeline import Pipeline
@@ -74,6 +75,8 @@ class Gateway:
         self.drain_source: DrainSource | None = None
         """Who began the drain: ``signal`` (SIGTERM, Ctrl-C: shutting down) or ``admin`` (the admin
         API's ``POST /v1/admin/drain``, which ``stop_draining`` may undo)."""
+        self.drain_mark = DrainMark(settings.drain_file)
+        """An admin drain, shared with the other workers of this instance."""
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(6).hex()
         reloader.subscribe(lambda compiled: balancer.update(compiled.policy))
@@ -90,13 +93,18 @@ class Gateway:
 
     @property
     def is_draining(self) -> bool:
-        """True once SIGTERM (or Ctrl-C, or an admin drain) arrived: still serving, but leaving the
-        load balancer."""
-        return self.draining_since is not None
+        """True once SIGTERM (or Ctrl-C, or an admin drain of this process or of any worker of its
+        instance) arrived: still serving, but leaving the load balancer."""
+        return self.draining_since is not None or self.drain_mark.is_set()
 
     def start_draining(self, source: DrainSource = "signal") -> None:
         """Fail readiness from now on (a repeat is a no-op, but a signal after an admin drain makes it
-        a shutdown); after a signal the server stops taking connections later (``gateway.cli.serve``)."""
+        a shutdown); after a signal the server stops taking connections later (``gateway.cli.serve``).
+        With workers, an admin drain is the instance's: it lives in the mark every worker reads, and
+        any worker's ``stop_draining`` undoes it."""
+        if source == "admin" and self.drain_mark.path is not None:
+            self.drain_mark.set()
+            return
         if self.draining_since is None:
             self.draining_since = time.monotonic()
             self.drain_source = source
@@ -104,11 +112,12 @@ class Gateway:
             self.drain_source = source
 
     def stop_draining(self) -> bool:
-        """Be ready again after an admin drain; False (still draining) when a signal began it or
-        followed it: the process is shutting down."""
+        """Be ready again after an admin drain (the instance's, whichever worker it reached); False
+        (still draining) when a signal began it or followed it: the process is shutting down."""
         if self.drain_source == "signal":
             return False
         self.draining_since = self.drain_source = None
+        self.drain_mark.clear()
         return True
 
     def _count_reload(self, compiled: CompiledPolicy) -> None:

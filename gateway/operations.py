@@ -7,9 +7,10 @@
     DELETE /v1/admin/drain           ready again after an admin drain (409 ``shutting_down`` when
                                      SIGTERM or Ctrl-C began or followed it)
 
-Each acts on the one process that answers: with several workers or replicas a changed policy file
-still reaches every process by its own polling (``gateway.reloader``), and a drain is per process,
-which is what a Kubernetes preStop hook or a rolling update wants. A reload and a drain are on the
+A reload acts on the one process that answers: with several workers or replicas a changed policy file
+still reaches every process by its own polling (``gateway.reloader``). A drain acts on the gateway
+instance that answers, all its workers (``gateway.drain_mark``), and on no other replica, which is
+what a Kubernetes preStop hook or a rolling update wants. A reload and a drain are on the
 audit trail with the caller as actor (a reload's one entry is ``PolicyReloadAudit``'s, named through
 ``acting_as``); a refused call (401, 403) is handed to ``record`` like every admin route's; a served
 ``whoami`` is a read, not recorded. ``OPERATION_PATHS`` and ``OPERATION_STRUCTS`` are these routes'
@@ -230,9 +231,11 @@ OPERATION_PATHS: dict[str, dict[str, Any]] = {
         )
     },
     _DRAIN: {
-        "post": _operation("Fail the answering process's readiness from now on; it still serves", DrainState),
+        "post": _operation(
+            "Fail the answering gateway's readiness (every worker's) from now on; it still serves", DrainState
+        ),
         "delete": _operation(
-            "Undo an admin drain of the answering process",
+            "Undo an admin drain of the answering gateway (every worker's)",
             DrainState,
             **{
                 "409": _error(

@@ -64,6 +64,10 @@ class Settings:
     """A request's headers must arrive within this many seconds, or it gets 408 and the connection closes."""
     body_read_timeout_s: float = 30.0
     """A proxied request's whole body must arrive within this many seconds, or it gets 408."""
+    drain_file: str | None = None
+    """Where the workers of one ``--workers N`` instance mark an admin drain, so that every worker's
+    ``/readyz`` fails (``gateway.drain_mark``); ``gateway serve`` sets it for its workers. None: the
+    drain stays in the process that answered ``POST /v1/admin/drain``."""
     drain_delay_s: float = 0.0
     """On SIGTERM ``/readyz`` fails at once, but the gateway keeps accepting connections this many
     seconds more, so a load balancer (Kubernetes endpoints) can stop sending before the port closes."""
@@ -129,6 +133,7 @@ class Settings:
             ("upstream_keepalive_s", float),
             ("header_read_timeout_s", float),
             ("body_read_timeout_s", float),
+            ("drain_file", str),
             ("drain_delay_s", float),
             ("drain_timeout_s", float),
             ("tls_certfile", str),

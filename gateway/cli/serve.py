@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -209,8 +210,17 @@ def serve(settings: Settings, *, api_key: str | None = None) -> int:
         from gateway.telemetry.multiprocess import prepare_multiprocess
 
         prepare_multiprocess(tempfile.mkdtemp(prefix="sortyard-metrics-"))
+        # an admin drain reaches one worker: it marks the instance's file, which every worker reads
+        drain_dir = None
+        if not os.environ.get("SORTYARD_DRAIN_FILE"):
+            drain_dir = tempfile.mkdtemp(prefix="sortyard-")
+            os.environ["SORTYARD_DRAIN_FILE"] = os.path.join(drain_dir, "drain")
         _announce_when_ready(settings, banner)
-        uvicorn.run(_APP_FACTORY, workers=settings.workers, **options)  # SIGTERM reaches every worker
+        try:
+            uvicorn.run(_APP_FACTORY, workers=settings.workers, **options)  # SIGTERM reaches every worker
+        finally:
+            if drain_dir is not None:
+                shutil.rmtree(drain_dir, ignore_errors=True)
         return 0
     _quiet_single_process_salt(settings, policy)
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:

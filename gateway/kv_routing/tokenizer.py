@@ -9,7 +9,10 @@ encoded with the BOS token when the model's config asks for one; a prompt of tok
 
 Only the prompt's head matters, so a long prompt is cut before encoding (at ``8 * max_tokens``
 characters) and only tokens ending well before the cut are kept: a token that straddles the cut
-could differ from the engine's. Loading a tokenizer reads megabytes, so :class:`TokenizerCache` loads
+could differ from the engine's. A chat prompt is encoded a piece at a time between the template's
+special tokens, and the pieces are remembered (``segments.py``): a conversation's next turn encodes
+only its new messages, where the tokenizer agrees on sample conversations that the pieces give the
+whole prompt's ids. Loading a tokenizer reads megabytes, so :class:`TokenizerCache` loads
 each directory once, in a thread, and answers None until it is ready (the pick falls back).
 """
 
@@ -25,6 +28,7 @@ from typing import Any
 import jinja2
 import tokenizers
 
+from gateway.kv_routing.segments import SegmentEncoder
 from sortyard.chat_templates import template_environment
 
 __all__ = ["PromptTokenizer", "TokenizerCache"]
@@ -54,6 +58,9 @@ class PromptTokenizer:
         self.eos_token = eos_token
         self.bos_token_id = backend.token_to_id(bos_token) if bos_token else None
         self.add_bos_token = add_bos_token
+        self.segments = SegmentEncoder(backend)
+        self.cuts_chats = self.template is not None and self.segments.agrees(self._samples())
+        """Chat prompts are encoded piece by piece, remembering the pieces (checked on samples)."""
 
     @classmethod
     def from_dir(cls, path: str | Path) -> PromptTokenizer:
@@ -86,8 +93,7 @@ class PromptTokenizer:
         prompt = self._prompt(body)
         if prompt is None or isinstance(prompt, list):
             return prompt[:max_tokens] if prompt is not None else None
-        text, add_bos = prompt
-        return self._encode(text, max_tokens, add_bos)
+        return self._encode(*prompt, max_tokens)
 
     async def prompt_ids_off_loop(self, body: Mapping[str, Any], max_tokens: int = 4096) -> list[int] | None:
         """:meth:`prompt_ids`, with a long prompt encoded in a thread (tokenizers lets go of the GIL in
@@ -95,13 +101,34 @@ class PromptTokenizer:
         prompt = self._prompt(body)
         if prompt is None or isinstance(prompt, list):
             return prompt[:max_tokens] if prompt is not None else None
-        text, add_bos = prompt
-        if len(text) <= _INLINE_CHARS:
-            return self._encode(text, max_tokens, add_bos)
-        return await asyncio.to_thread(self._encode, text, max_tokens, add_bos, True)
+        if len(prompt[0]) <= _INLINE_CHARS:
+            return self._encode(*prompt, max_tokens)
+        return await asyncio.to_thread(self._encode, *prompt, max_tokens, True)
 
-    def _prompt(self, body: Mapping[str, Any]) -> tuple[str, bool] | list[int] | None:
-        """The prompt's text and whether BOS goes first, or its token ids; None if unknowable."""
+    def _samples(self) -> list[str]:
+        """Conversations rendered with the model's template, for ``SegmentEncoder.agrees``."""
+        assert self.template is not None
+        turns = [
+            ("system", "You are a helpful assistant. Answer briefly."),
+            ("user", "Hello there!  How are you?\n"),
+            ("assistant", " Fine, thanks.\n\nAnd you? 12345"),
+            ("user", "Prix : 42,50 € — naïve café 🙂\tdef f(x):\n    return x**2\n   "),
+        ]
+        rendered = []
+        for first in (0, 1):  # with a system prompt, and without (some templates refuse one)
+            messages = [{"role": role, "content": content} for role, content in turns[first:]]
+            context = {"bos_token": self.bos_token, "eos_token": self.eos_token}
+            try:
+                rendered.append(
+                    self.template.render(messages=messages, add_generation_prompt=True, **context)
+                )
+            except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError):
+                continue
+        return rendered
+
+    def _prompt(self, body: Mapping[str, Any]) -> tuple[str, bool, bool] | list[int] | None:
+        """The prompt's text, whether BOS goes first and whether it is a chat's, or its token ids;
+        None if unknowable."""
         messages = body.get("messages")
         if isinstance(messages, list):
             if self.template is None:
@@ -113,16 +140,21 @@ class PromptTokenizer:
                 text = self.template.render(messages=messages, add_generation_prompt=True, **context)
             except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError):
                 return None
-            return text, False  # the template writes the special tokens
+            return text, False, True  # the template writes the special tokens
         prompt = body.get("prompt")
         if isinstance(prompt, str):
-            return prompt, self.add_bos_token
+            return prompt, self.add_bos_token, False
         if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
             return prompt
         return None
 
-    def _encode(self, text: str, max_tokens: int, add_bos: bool, in_thread: bool = False) -> list[int]:
+    def _encode(
+        self, text: str, add_bos: bool, is_chat: bool, max_tokens: int, in_thread: bool = False
+    ) -> list[int]:
         cut = max_tokens * _CHARS_PER_TOKEN_CUT
+        if is_chat and self.cuts_chats:
+            margin = _CUT_MARGIN_CHARS if len(text) > cut else None
+            return self.segments.encode(text[:cut], max_tokens, margin, in_thread=in_thread)
         if in_thread:  # encode_batch lets go of the GIL: the event loop runs meanwhile
             encoding = self.backend.encode_batch([text[:cut]], add_special_tokens=False)[0]
         else:

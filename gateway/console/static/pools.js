@@ -114,7 +114,7 @@
     $("drain-state").textContent = state;
   }
 
-  // The state before any toggle: /readyz (open, no key) answers "draining" while this process drains.
+  // The state before any toggle: /readyz (open, no key) answers "draining" while this gateway drains.
   // The toggle waits for it, so an answer read before a press never overwrites the press's.
   async function readDrain() {
     $("drain-toggle").disabled = true;

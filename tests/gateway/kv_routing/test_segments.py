@@ -107,3 +107,14 @@ def test_the_pieces_kept_are_bounded(tmp_path: Path) -> None:
     for i in range(20):
         encoder.encode(f"<|im_start|>user\n{CORPUS[1]} {i}<|im_end|>", 1000)
     assert len(encoder._pieces) <= 1 and encoder._num_chars <= 100
+
+
+def test_new_chars_counts_only_the_pieces_not_kept(tmp_path: Path) -> None:
+    """What decides whether a long prompt is encoded in a thread: a long conversation's next turn has
+    only its new messages to encode, and stays on the event loop."""
+    backend = Tokenizer.from_file(str(byte_level(tmp_path) / "tokenizer.json"))
+    encoder = SegmentEncoder(backend)
+    history = f"<|im_start|>system\n{CORPUS[0] * 50}<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+    assert encoder.new_chars(history) == len(history) - 2 * len("<|im_start|>") - 2 * len("<|im_end|>")
+    encoder.encode(history, 10_000)
+    assert encoder.new_chars(history + "<|im_start|>user\nand then?") == len("user\nand then?")

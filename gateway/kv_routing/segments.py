@@ -54,10 +54,6 @@ class SegmentEncoder:
         self.num_hits = 0
         self.num_misses = 0
 
-    @property
-    def can_cut(self) -> bool:
-        return self._cut is not None
-
     def encode(
         self, text: str, max_tokens: int, cut_margin: int | None = None, *, in_thread: bool = False
     ) -> list[int]:

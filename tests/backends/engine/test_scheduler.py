@@ -39,6 +39,18 @@ def advance(out: SchedulerOutput, bm: KVBlocks) -> None:
             item.seq.token_ids.append(7)
 
 
+def steps_to_first_token(s: Scheduler, seq: Sequence) -> list[list[int]]:
+    """Step until ``seq`` samples its first token, checking the blocks after each step; each step's
+    scheduled token counts."""
+    sizes = []
+    while seq.num_output_tokens == 0:
+        out = s.schedule()
+        sizes.append([i.num_new_tokens for i in out.scheduled])
+        advance(out, s.block_manager)
+        s.block_manager.check_invariants(s.live_seqs)
+    return sizes
+
+
 def pool(s: Scheduler) -> BlockManager:
     """The scheduler's one block pool, as ``make`` builds it."""
     assert isinstance(s.block_manager, BlockManager)
@@ -235,14 +247,8 @@ def test_a_prompt_longer_than_the_pool_is_prefilled_in_chunks_that_fit() -> None
     s = make(num_blocks=3, block_size=4, budget=64, window=6)
     a = seq(30)
     s.add(a)
-    sizes = []
-    while a.num_output_tokens == 0:
-        out = s.schedule()
-        sizes.append([i.num_new_tokens for i in out.scheduled])
-        advance(out, s.block_manager)
-        s.block_manager.check_invariants(s.live_seqs)
     # each chunk reaches the end of the third block from the window's first key
-    assert sizes == [[12], [4], [4], [4], [4], [2]]
+    assert steps_to_first_token(s, a) == [[12], [4], [4], [4], [4], [2]]
     assert pool(s).max_num_used_blocks == 3
 
 

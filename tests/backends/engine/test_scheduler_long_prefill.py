@@ -9,7 +9,7 @@ import pytest
 from backends.engine.block_manager import BlockManager
 from backends.engine.config import EngineConfig
 from backends.engine.scheduler import Scheduler
-from tests.backends.engine.test_scheduler import advance, seq
+from tests.backends.engine.test_scheduler import advance, seq, steps_to_first_token
 
 
 def make(budget: int, cap: int) -> Scheduler:
@@ -22,12 +22,7 @@ def test_a_long_prompt_prefills_in_chunks_of_the_cap() -> None:
     s = make(budget=100, cap=8)
     a = seq(25)
     s.add(a)
-    sizes = []
-    while a.num_output_tokens == 0:
-        out = s.schedule()
-        sizes.append([i.num_new_tokens for i in out.scheduled])
-        advance(out, s.block_manager)
-    assert sizes == [[8], [8], [8], [1]]
+    assert steps_to_first_token(s, a) == [[8], [8], [8], [1]]
     out = s.schedule()  # its decodes cost one token, as ever
     assert [i.num_new_tokens for i in out.scheduled] == [1]
 

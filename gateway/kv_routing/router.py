@@ -10,6 +10,7 @@ falls back to prompt-prefix affinity.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,11 @@ if TYPE_CHECKING:
     from gateway.kv_routing.subscriber import KvEventSubscriber, SocketFactory
     from gateway.kv_routing.tokenizer import TokenizerCache
 
-__all__ = ["KvRouter", "kv_route_reason"]
+__all__ = ["MAX_REASON_CHARS", "KvRouter", "kv_route_reason"]
+
+MAX_REASON_CHARS = 120
+"""The longest ``x-sortyard-route-reason`` (the classifier's reasons are cut there too)."""
+_UNSAFE = re.compile(r"[^\x20-\x7e]+")
 
 
 class KvRouter:
@@ -133,7 +138,13 @@ class KvRouter:
 
 def kv_route_reason(route_reason: str | None, kv_reason: str) -> str:
     """The pool's route reason with the KV pick's appended (``alias; kv:8/10 blocks@b``); a retry's pick
-    replaces the earlier attempt's."""
+    replaces the earlier attempt's.
+
+    The result is an HTTP header's value, as the classifier's reasons are: printable ASCII (a replica
+    label may be any text), at most ``MAX_REASON_CHARS``; the pool's reason is cut to leave the KV
+    pick's whole."""
     base = route_reason or ""
     base = "" if base.startswith("kv:") else base.partition("; kv:")[0]
-    return f"{base}; {kv_reason}" if base else kv_reason
+    kv = _UNSAFE.sub("?", kv_reason)[:MAX_REASON_CHARS]
+    room = MAX_REASON_CHARS - len(kv) - 2
+    return f"{base[:room]}; {kv}" if base and room > 0 else kv

@@ -19,7 +19,7 @@ from gateway.cache import MemoryAffinityMap, cache_salt
 from gateway.compiled import CompiledPolicy
 from gateway.kv_routing.events import decode_batch
 from gateway.kv_routing.index import BlockIndex
-from gateway.kv_routing.router import KvRouter, kv_route_reason
+from gateway.kv_routing.router import MAX_REASON_CHARS, KvRouter, kv_route_reason
 from gateway.kv_routing.tokenizer import PromptTokenizer, TokenizerCache
 from gateway.policy import PolicyError, parse_policy
 from gateway.policy.kv_events import KvRoutingConfig
@@ -179,6 +179,16 @@ def test_a_retry_replaces_the_kv_reason_and_keeps_the_pools() -> None:
     assert kv_route_reason(None, "kv:1/2 blocks@a") == "kv:1/2 blocks@a"
     assert kv_route_reason("alias; kv:1/2 blocks@a", "kv:0/2 blocks@b") == "alias; kv:0/2 blocks@b"
     assert kv_route_reason("kv:1/2 blocks@a", "kv:2/2 blocks@b") == "kv:2/2 blocks@b"
+
+
+def test_the_kv_reason_is_a_header_value_whatever_the_replica_is_called() -> None:
+    """Printable ASCII, at most 120 characters, the KV pick whole: a label may be any text."""
+    assert kv_route_reason("pool", "kv:3/4 blocks@副本-0") == "pool; kv:3/4 blocks@?-0"
+    long_label = "r" * 110
+    reason = kv_route_reason("tier medium (score 0.61); alias", f"kv:3/4 blocks@{long_label}")
+    assert len(reason) == MAX_REASON_CHARS and reason.endswith(long_label[-50:])
+    reason.encode("ascii")
+    assert kv_route_reason("x" * 200, "kv:1/2 blocks@a") == "x" * 103 + "; kv:1/2 blocks@a"
 
 
 @pytest.mark.parametrize(

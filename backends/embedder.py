@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from backends.model_loading import LOADING
+
 log = logging.getLogger(__name__)
 
 MODEL_NAME = "all-minilm-l6-v2"
@@ -63,18 +65,22 @@ class Embedder:
         with self._lock:
             if self._model is not None:
                 return
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            import torch
-            from transformers import AutoModel, AutoTokenizer
+            with LOADING:
+                self._load()
 
-            if self.num_threads is not None:
-                torch.set_num_threads(self.num_threads)
-            path = self.model_dir or find_model_dir()
-            started_s = time.perf_counter()
-            log.info("loading embedding model %s from %s", MODEL_NAME, path)
-            self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            self._model = AutoModel.from_pretrained(path, local_files_only=True).eval()
-            log.info("loaded embedding model %s in %.1f s", MODEL_NAME, time.perf_counter() - started_s)
+    def _load(self) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        if self.num_threads is not None:
+            torch.set_num_threads(self.num_threads)
+        path = self.model_dir or find_model_dir()
+        started_s = time.perf_counter()
+        log.info("loading embedding model %s from %s", MODEL_NAME, path)
+        self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self._model = AutoModel.from_pretrained(path, local_files_only=True).eval()
+        log.info("loaded embedding model %s in %.1f s", MODEL_NAME, time.perf_counter() - started_s)
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
         """The unit vectors of ``texts`` and the number of tokens they used."""

@@ -15,12 +15,13 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
+from backends.model_loading import LOADING
 from backends.serving.chat import create_chat_completion
 from backends.serving.completions import create_completion
 from backends.serving.embeddings import create_embeddings
@@ -33,6 +34,7 @@ from backends.serving.tracing import EngineTracer, RequestTrace
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 TRACE_HEADERS = ("traceparent", "tracestate")
 """W3C trace context, echoed untouched on the response (the request's span continues it)."""
 
@@ -206,7 +208,7 @@ async def _load_engines(state: ServingState) -> None:
         if model.factory is None:
             continue
         try:
-            engine = await asyncio.to_thread(model.factory)
+            engine = await asyncio.to_thread(_locked, model.factory)
             await engine.start()
         except Exception as exc:
             log.exception("loading the engine of %s failed", model.name)
@@ -214,6 +216,12 @@ async def _load_engines(state: ServingState) -> None:
             return
         model.engine = engine
         log.info("engine ready: serving %s", ", ".join(model.names))
+
+
+def _locked(factory: Callable[[], T]) -> T:
+    """``factory()`` while no other model loads (``backends/model_loading.py``)."""
+    with LOADING:
+        return factory()
 
 
 async def _load_embedder(load: Callable[[], None]) -> None:

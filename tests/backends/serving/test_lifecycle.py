@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
 
+from backends.embedder import Embedder
 from backends.serving.app import create_app
 from backends.serving.engine_client import AsyncEngineLike
 from tests.backends.serving.fake_engine import FakeAsyncEngine
@@ -83,3 +85,27 @@ def test_create_app_needs_one_engine_source() -> None:
         create_app()
     with pytest.raises(ValueError, match="served_model_name"):
         create_app(engine_factory=FakeAsyncEngine)
+
+
+def test_the_embedding_model_loads_after_the_engine_not_beside_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers' lazy names are not safe to resolve from two threads: one model loads at a time."""
+    release = threading.Event()
+    order: list[str] = []
+    engine = FakeAsyncEngine()
+
+    def factory() -> AsyncEngineLike:
+        order.append("engine starts")
+        assert release.wait(timeout=10)
+        order.append("engine loaded")
+        return engine
+
+    embedder = Embedder(Path("/nonexistent"))
+    monkeypatch.setattr(embedder, "_load", lambda: order.append("embedder loads"))
+    app = create_app(
+        engine_factory=factory, served_model_name="tiny-fake", embedder=embedder, load_embedder=True
+    )
+    with serve(app) as url:
+        assert wait_until(lambda: order == ["engine starts"])
+        release.set()
+        assert wait_until(lambda: httpx.get(f"{url}/ready").status_code == 200)
+        assert wait_until(lambda: order == ["engine starts", "engine loaded", "embedder loads"])

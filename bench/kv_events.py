@@ -86,7 +86,9 @@ def publish(args: argparse.Namespace) -> int:
     def step(replica: int) -> None:
         for _ in range(args.stored):
             store(replica, rng.randrange(SEQUENCES))
-        removed = [stored[replica].popleft() for _ in range(len(stored[replica]) - args.cache_blocks)]
+        removed: list[int | bytes] = [
+            stored[replica].popleft() for _ in range(len(stored[replica]) - args.cache_blocks)
+        ]
         if removed:
             publishers[replica].record(BlockRemoved(block_hashes=removed, medium="GPU"))
         publishers[replica].flush()
@@ -98,9 +100,13 @@ def publish(args: argparse.Namespace) -> int:
 
     go = asyncio.Event()
 
+    def on_stdin() -> None:
+        sys.stdin.readline()
+        go.set()
+
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        loop.add_reader(sys.stdin.fileno(), lambda: (sys.stdin.readline(), go.set()))
+        loop.add_reader(sys.stdin.fileno(), on_stdin)
         while not go.is_set():  # warm-up: the parent waits until it hears every replica
             for replica in range(len(publishers)):
                 step(replica)

@@ -3,11 +3,14 @@
     python bench/semantic_cache.py [--entries 2000] [--lookups 2000] [--threshold 0.92]
 
 1. Quality. ``bench/data/semantic_pairs.jsonl`` holds labelled prompt pairs: paraphrases that should
-   hit (``same: true``) and near misses that must not (one number, name, unit, negation or language
-   apart; or the opposite question). Each prompt is embedded with all-MiniLM-L6-v2 as the engine's
+   hit (``same: true``) and near misses that must not (one number, sign, name, unit, negation or
+   language apart, numbers in another order, or the opposite question). The pairs are one-turn
+   chats: a conversation's context and the request's other fields never need a threshold, since a
+   hit needs them equal (``scope``). Each prompt is embedded with all-MiniLM-L6-v2 as the engine's
    embedder does (transformers, mean pooling, L2 norm: ``backends.embedder``), as the gateway would
    send it (``canonical_text`` of a one-turn chat). For each threshold it reports, embedding alone and
-   with the literal guard (``literals``: numbers, names, negations, units must match): the pairs
+   with the literal guard (``literals_match``: numbers in order and with their sign, names, negations
+   and units must match; no word may be the other's with a negating prefix): the pairs
    that would hit, precision (the hits that were paraphrases) and hit rate (the paraphrases that hit).
 2. Lookup cost. One gateway's ``SemanticCache`` stores ``--entries`` entries (the dataset's vectors,
    then random unit vectors) in Redis; another's mirrors them, then ``--lookups`` lookups are timed one
@@ -32,7 +35,7 @@ import numpy as np
 
 from gateway.cache.blobs import RedisBlobs
 from gateway.cache.entry import Entry, EntryKind
-from gateway.semantic_cache import RedisSemanticLog, SemanticCache, canonical_text, literals
+from gateway.semantic_cache import RedisSemanticLog, SemanticCache, canonical_text, literals, literals_match
 
 DATA = Path(__file__).resolve().parent / "data" / "semantic_pairs.jsonl"
 THRESHOLDS = (0.80, 0.84, 0.86, 0.88, 0.90, 0.91, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98)
@@ -145,7 +148,7 @@ def main() -> None:
     print(f"pairs: {len(pairs)} ({sum(p['same'] for p in pairs)} paraphrases), "
           f"{len(texts)} prompts embedded in {time.perf_counter() - started:.1f} s")  # fmt: skip
     sims = [float(vectors[as_sent(p["a"])] @ vectors[as_sent(p["b"])]) for p in pairs]
-    guards = [literals(as_sent(p["a"])) == literals(as_sent(p["b"])) for p in pairs]
+    guards = [literals_match(literals(as_sent(p["a"])), literals(as_sent(p["b"]))) for p in pairs]
     header = "embedding only: hits prec hit-rate"
     print(f"{'threshold':>9}  {header:<36}  with the literal guard: hits prec hit-rate")
     for threshold in THRESHOLDS:

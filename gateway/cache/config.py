@@ -92,16 +92,17 @@ class SemanticCacheConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
     """The pool that embeds the prompts (``/v1/embeddings``)."""
     model: str | None = None
     """The model name sent to that pool; None sends its replica's served model."""
-    timeout_s: PositiveSeconds = 2.0
-    """The most the embedding call may take; past it the request goes on uncached."""
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 2.0
+    """The most the embedding call may take (a minute at most); past it the request goes on uncached."""
     threshold: Similarity = 0.92
     """The least cosine similarity of a hit (calibrated on bench/semantic_cache.py)."""
     thresholds: dict[str, Similarity] = msgspec.field(default_factory=dict)
     """Per-pool overrides of ``threshold``."""
     pools: tuple[str, ...] = ()
     """The chat pools it applies to; empty: every pool but the embedding pool."""
-    ttl_s: PositiveSeconds = 3600.0
-    """How long an entry lives after it was stored."""
+    ttl_s: Annotated[float, msgspec.Meta(gt=0, le=31_536_000)] = 3600.0
+    """How long an entry lives after it was stored: a year at most (finite: it becomes a Redis
+    expiry and the log's trim point)."""
     max_entries: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10_000
     """Entries kept per tenant and pool; the oldest go first."""
     allow_sampled: bool = False

@@ -5,14 +5,14 @@ Public API::
 
     from gateway.semantic_cache import (
         SemanticCache, Hit, SemanticLog, RedisSemanticLog, MemorySemanticLog, Record, LogKeys,
-        VectorIndex, QueryEmbedder, canonical_text, literals, is_sampled,
+        VectorIndex, QueryEmbedder, canonical_text, scope, literals, literals_match, is_sampled,
     )
 
 Its pipeline stage is ``gateway.stages.semantic_cache.SemanticCacheStage``. The policy's
 ``cache.semantic`` (``gateway.cache.config.SemanticCacheConfig``) turns it on.
 """
 
-from gateway.semantic_cache.canonical import canonical_text, is_sampled, literals, system_prompt
+from gateway.semantic_cache.canonical import canonical_text, is_sampled, literals, literals_match, scope
 from gateway.semantic_cache.embedder import QueryEmbedder
 from gateway.semantic_cache.index import VectorIndex, normalised
 from gateway.semantic_cache.log import LogKeys, MemorySemanticLog, Record, RedisSemanticLog, SemanticLog
@@ -31,6 +31,7 @@ __all__ = [
     "canonical_text",
     "is_sampled",
     "literals",
+    "literals_match",
     "normalised",
-    "system_prompt",
+    "scope",
 ]

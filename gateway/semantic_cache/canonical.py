@@ -1,15 +1,19 @@
-"""What the semantic cache embeds and compares: a chat request's text in one canonical form.
+"""What the semantic cache embeds and compares: a chat request in one canonical form.
 
-The canonical text is the last user turn, whole, then the context: the system prompt and the earlier
-turns, each as ``role: text`` and each cut to ``MAX_CONTEXT_CHARS``. The question comes first because
-the embedding model reads only its first 256 tokens: a long system prompt must not push the question
-out of the window. Only plain-text conversations are embedded; a request with tools, images (any
-non-text part), ``n`` > 1 or structured outputs is skipped (:func:`canonical_text` answers None).
+Only the last user turn is compared by meaning: :func:`canonical_text` is its first
+``MAX_EMBED_CHARS`` characters (the embedding model reads only its first 256 tokens). Everything
+else that shapes the answer must be equal for a hit, so it goes into the request's :func:`scope`, a
+hash: the system prompt and every earlier turn, whole; the rest of a longer last turn, which the
+model would not see; and every request field that can change the response (``max_tokens``, ``stop``,
+``logprobs``, the model...: all but the messages and the fields the exact response cache ignores).
+Only plain-text conversations are answered; a request with tools, images (any non-text part),
+``n`` > 1 or structured outputs is skipped (:func:`canonical_text` answers None).
 
 Embeddings blur the very details that change an answer: MiniLM puts "5 km in miles" and "50 km in
-miles" at a cosine of about 0.97. So a hit also needs the same :func:`literals`: the numbers, the
-names (capitalised words but common sentence openers), the negations and the units of the text, and
-the same system prompt, exactly. It costs a regex pass and keeps the near misses out.
+miles" at a cosine of about 0.97. So a hit also needs matching :func:`literals`: the numbers in
+order and with their sign, the names (capitalised words but common sentence openers), the negations
+and the units of the text, all exactly; and no word of one text may be a word of the other with a
+negating prefix ("safe" and "unsafe"). It costs a regex pass and keeps the near misses out.
 """
 
 from __future__ import annotations
@@ -19,11 +23,24 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-MAX_CONTEXT_CHARS = 256
-"""The system prompt and each earlier turn are cut to this many characters."""
+import msgspec
+
+from gateway.cache.cache_keys import canonical_request
+
+MAX_EMBED_CHARS = 1000
+"""The last user turn's characters that are embedded: about the 256 tokens all-MiniLM-L6-v2 reads.
+The rest must match exactly (it is in the scope)."""
 
 _STRUCTURED = frozenset({"json_object", "json_schema"})
+# Values that mean the field's default: a request that spells one out asks the same as one without
+_DEFAULTS: dict[str, object] = {"n": 1, "logprobs": False, "top_p": 1.0, "presence_penalty": 0.0,
+                                "frequency_penalty": 0.0}  # fmt: skip
+_NO_DEFAULT = object()
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_SIGNS = frozenset("-\u2212")
+_SIGN_WORDS = ("minus", "negative")
+_NEGATING_PREFIXES = ("non-", "non", "dis", "un", "in", "im", "il", "ir")
+_MIN_STEM = 3  # "unfit" negates "fit"; shorter stems ("unit", "into") are other words
 _WORD = re.compile("[^\\W\\d_][\\w'\u2019-]*")
 _SENTENCE_ENDS = frozenset(".!?:;\n")
 _FIRST_PERSON = frozenset({"i", "i'm", "i'd", "i've", "i'll"})
@@ -103,7 +120,34 @@ def _text_of(content: Any) -> str | None:
 
 
 def canonical_text(body: Mapping[str, Any]) -> str | None:
-    """The text to embed, or None when the request is not one the semantic cache answers."""
+    """The text to embed (the last user turn, bounded), or None when the request is not one the
+    semantic cache answers."""
+    turns = _turns(body)
+    return None if turns is None else turns[-1][1][:MAX_EMBED_CHARS]
+
+
+def scope(body: Mapping[str, Any]) -> str:
+    """A hash of all that must be equal for a hit besides the last turn's meaning: the request's
+    fields but the messages, the earlier turns whole and the last turn past ``MAX_EMBED_CHARS``."""
+    turns = _turns(body) or []
+    fields = {k: v for k, v in body.items() if k != "messages" and not _is_default(k, v)}
+    last = turns[-1][1] if turns else ""
+    material = msgspec.json.encode([turns[:-1], last[MAX_EMBED_CHARS:]])
+    digest = hashlib.blake2b(canonical_request(fields), digest_size=12, person=b"sy-sc-scope-v2")
+    digest.update(material)
+    return digest.hexdigest()
+
+
+def _is_default(name: str, value: object) -> bool:
+    """Whether ``value`` is what the API assumes when ``name`` is absent (null always is)."""
+    if value is None:
+        return True
+    default = _DEFAULTS.get(name, _NO_DEFAULT)
+    return type(value) in (type(default), int) and value == default  # True is not n=1
+
+
+def _turns(body: Mapping[str, Any]) -> list[tuple[str, str]] | None:
+    """The conversation as ``(role, text)``, or None when the semantic cache does not answer it."""
     if body.get("tools") or body.get("functions") or body.get("tool_choice") not in (None, "none"):
         return None
     n = body.get("n")
@@ -130,24 +174,15 @@ def canonical_text(body: Mapping[str, Any]) -> str | None:
         turns.append(("system" if role == "developer" else role, text.strip()))
     if turns[-1][0] != "user" or not turns[-1][1]:
         return None  # a prefilled assistant turn, or nothing asked
-    context = [f"{role}: {text[:MAX_CONTEXT_CHARS]}" for role, text in turns[:-1]]
-    return "\n".join([turns[-1][1], *context])
+    return turns
 
 
-def system_prompt(body: Mapping[str, Any]) -> str:
-    """The system and developer messages' text, joined (empty when there are none)."""
-    messages = body.get("messages") or []
-    return "\n".join(
-        _text_of(m.get("content")) or ""
-        for m in messages
-        if isinstance(m, dict) and m.get("role") in ("system", "developer")
-    )
-
-
-def literals(text: str, system: str = "") -> str:
-    """The details a hit must share exactly, as one string: the numbers, names, negations and units
-    of ``text`` (sorted, with repeats) and a hash of the system prompt."""
-    found: list[str] = [n.replace(",", "") for n in _NUMBER.findall(text)]
+def literals(text: str, scope: str = "") -> str:
+    """What a hit must share with ``text`` (compare with :func:`literals_match`): ``scope``; the
+    numbers in order, with their sign; the names, negations and units (sorted, with repeats); and
+    the text's words, for the negating prefixes."""
+    found: list[str] = []
+    words: set[str] = set()
     previous_end = 0
     for match in _WORD.finditer(text):
         word, start = match.group(), match.start()
@@ -155,6 +190,8 @@ def literals(text: str, system: str = "") -> str:
         opens_sentence = previous_end == 0 or any(c in _SENTENCE_ENDS for c in gap)
         previous_end = match.end()
         lower = word.lower().replace("\u2019", "'")
+        if len(lower) >= _MIN_STEM:
+            words.add(lower)
         if lower in _NEGATIONS or lower.endswith("n't"):
             found.append("¬")
             continue
@@ -167,8 +204,62 @@ def literals(text: str, system: str = "") -> str:
         if word[0].isupper() and not (opens_sentence and lower in _OPENERS) and lower not in _FIRST_PERSON:
             found.append(lower.removesuffix("'s"))  # "France's" names France
     found.sort()
-    digest = hashlib.blake2b(system.encode(), digest_size=8).hexdigest() if system else ""
-    return digest + "|" + " ".join(found)
+    return "|".join((scope, " ".join(_numbers(text)), " ".join(found), " ".join(sorted(words))))
+
+
+def literals_match(stored: str, asked: str, *, exact: bool = True) -> bool:
+    """Whether an entry stored with literals ``stored`` may answer ``asked``: the same scope always;
+    with ``exact``, also the same numbers, names, negations and units, and no word of one that is a
+    word of the other with a negating prefix."""
+    stored_head, _, stored_words = stored.rpartition("|")
+    asked_head, _, asked_words = asked.rpartition("|")
+    if not exact:
+        return stored_head.partition("|")[0] == asked_head.partition("|")[0]
+    if stored_head != asked_head:
+        return False
+    if stored_words == asked_words:
+        return True
+    one, other = set(stored_words.split()), set(asked_words.split())
+    return not (_negates(one - other, other) or _negates(other - one, one))
+
+
+def scope_of(literals_: str) -> str:
+    """The scope that :func:`literals` put first."""
+    return literals_.partition("|")[0]
+
+
+def _negates(words: set[str], bare: set[str]) -> bool:
+    """Whether one of ``words`` is a word of ``bare`` with a negating prefix ("unsafe", "safe")."""
+    for word in words:
+        for prefix in _NEGATING_PREFIXES:
+            stem = word[len(prefix) :]
+            if word.startswith(prefix) and len(stem) >= _MIN_STEM and stem in bare:
+                return True
+    return False
+
+
+def _numbers(text: str) -> list[str]:
+    """The numbers of ``text`` in order, a negative one with its "-" ("-40", "minus 40")."""
+    found = []
+    for match in _NUMBER.finditer(text):
+        number = match.group().replace(",", "")
+        found.append("-" + number if _is_negative(text, match.start()) else number)
+    return found
+
+
+def _is_negative(text: str, start: int) -> bool:
+    """Whether the number at ``start`` has a minus sign ("-40", "minus 40") rather than being the
+    right operand of a subtraction ("10 - 3", "10-3", "10 minus 3") or a name's ("COVID-19")."""
+    before = text[:start]
+    if before and before[-1] in _SIGNS:
+        head = before[:-1]
+        return not head or not (head[-1].isalnum() or head[-1] in ".,)")
+    head = before.rstrip()
+    for word in _SIGN_WORDS:
+        if head.lower().endswith(word) and (len(head) == len(word) or not head[-len(word) - 1].isalnum()):
+            operand = head[: -len(word)].rstrip()
+            return not operand or not operand[-1].isdigit()
+    return False
 
 
 def _number_before(text: str, start: int) -> str:

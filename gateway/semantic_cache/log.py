@@ -106,8 +106,14 @@ class SemanticLog(Protocol):
     async def close(self) -> None: ...
 
 
-def _ms(seconds: float) -> int:
-    return max(1, math.ceil(seconds * 1000))
+MAX_TTL_S = 366 * 86_400.0
+"""The longest TTL honoured (the policy allows a year): a longer one would push the TTL trim's
+``MINID`` below zero, which Redis rejects."""
+
+
+def ttl_ms(seconds: float) -> int:
+    """``seconds`` in whole milliseconds, at least 1 and at most ``MAX_TTL_S``."""
+    return max(1, math.ceil(min(seconds, MAX_TTL_S) * 1000))
 
 
 class RedisSemanticLog:
@@ -125,7 +131,7 @@ class RedisSemanticLog:
         self, tenant: str, pool: str, record: Record, body: bytes, *, ttl_s: float, max_entries: int
     ) -> bool:
         keys = [self.keys.log(tenant, pool), self.keys.body(tenant, pool, record.entry_id)]
-        args = (body, _ms(ttl_s), max_entries, record.vector, record.literals, record.entry_id)
+        args = (body, ttl_ms(ttl_s), max_entries, record.vector, record.literals, record.entry_id)
         client = self.blobs.client
         done = await self.blobs.guard.run(lambda: client.evalsha(_APPEND_SHA, _APPEND, keys, *args), None)
         return done is not None
@@ -188,7 +194,7 @@ class MemorySemanticLog:
         self._last = (ms, 0) if ms > self._last[0] else (self._last[0], self._last[1] + 1)
         log = self._logs.setdefault(self.keys.log(tenant, pool), [])
         log.append(Record(self._last, record.entry_id, record.vector, record.literals))
-        oldest_ms = self._last[0] - _ms(ttl_s)  # from the new record's id, as in Redis
+        oldest_ms = self._last[0] - ttl_ms(ttl_s)  # from the new record's id, as in Redis
         keep_from = max(len(log) - max_entries, 0)
         while keep_from < len(log) and log[keep_from].created_ms < oldest_ms:
             keep_from += 1

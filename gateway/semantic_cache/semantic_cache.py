@@ -8,10 +8,15 @@ Consistency: an entry any replica stores is visible to every replica at its next
 replicas never disagree for longer than one lookup, and the body's own TTL in the store bounds
 what can be served even from a stale mirror.
 
-A candidate is served when its similarity reaches the threshold and its literals (numbers, names,
-negations, units, system prompt: ``gateway.semantic_cache.canonical``) equal the prompt's. Its body
-is read from the store; a body that expired or does not decode is dropped, never served. The tenant
-is part of every shard and every key: no lookup ever sees another tenant's entries.
+A candidate is served when its similarity reaches the threshold and its literals match the prompt's
+(``gateway.semantic_cache.canonical.literals_match``: the same scope, which is the context and the
+request's parameters, and the same numbers, names, negations and units). The nearest candidates
+are checked first; while all of them reach the threshold, the search widens (up to
+``MAX_CANDIDATES``), so entries of other scopes at the same similarity (the same question under
+other system prompts) cannot crowd out the one that matches. A scope the shard holds no record of is
+a miss without a search. The body is read from the store; a body that expired or does not decode is
+dropped, never served. The tenant is part of every shard and every key: no lookup ever sees another
+tenant's entries.
 
 Metric events (``on_event(name, n=1)``): ``hit``, ``miss``, ``store``, ``oversize``, ``corrupt``.
 """
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -28,15 +33,19 @@ import numpy as np
 
 from gateway.cache.entry import CorruptEntry, Entry
 from gateway.cache.redis_guard import EventHook, no_events
+from gateway.semantic_cache.canonical import literals_match, scope_of
 from gateway.semantic_cache.index import Vector, VectorIndex, normalised
 from gateway.semantic_cache.log import Record, SemanticLog, StreamId
+from gateway.semantic_cache.log import ttl_ms as _ms
 
 PULL_LIMIT = 512
 """Records read per round trip when a mirror catches up."""
 MAX_PULLS = 8
 """Round trips one lookup may spend catching up; the rest waits for the next lookup."""
 NUM_CANDIDATES = 8
-"""Nearest neighbours checked for matching literals."""
+"""Nearest neighbours checked first for matching literals."""
+MAX_CANDIDATES = 256
+"""The most neighbours one lookup checks (the search widens fourfold while all reach the threshold)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +63,8 @@ class _Shard:
     """Label -> record, oldest first (the log's order)."""
     cursor: StreamId | None = None
     next_label: int = 0
+    scopes: Counter[str] = field(default_factory=Counter)
+    """Records held per scope."""
 
 
 class SemanticCache:
@@ -87,28 +98,42 @@ class SemanticCache:
         tenant: str,
         pool: str,
         vector: Vector,
-        literals: str | None,
+        literals: str,
         *,
         threshold: float,
         ttl_s: float,
         max_entries: int,
+        match_literals: bool = True,
     ) -> Hit | None:
-        """The best entry at least ``threshold`` similar whose literals match (None: any literals)."""
+        """The best entry at least ``threshold`` similar whose literals match (the scope only,
+        without ``match_literals``)."""
         shard = self._shards.setdefault((tenant, pool), _Shard())
         query = normalised(vector)
         await self._pull(tenant, pool, shard, ttl_s, max_entries)
         index = shard.index
-        if index is not None and index.ndim == query.shape[0]:
-            for label, similarity in index.search(query, NUM_CANDIDATES):
+        if index is None or index.ndim != query.shape[0] or not shard.scopes[scope_of(literals)]:
+            self.on_event("miss")
+            return None
+        checked: set[int] = set()
+        k = NUM_CANDIDATES
+        while True:
+            found = index.search(query, k)
+            for label, similarity in found:
                 if similarity < threshold:
                     break  # most similar first
+                if label in checked:
+                    continue
+                checked.add(label)
                 record = shard.records.get(label)  # a concurrent lookup may have dropped it
-                if record is None or (literals is not None and record.literals != literals):
+                if record is None or not literals_match(record.literals, literals, exact=match_literals):
                     continue
                 entry = await self._body(tenant, pool, shard, label, record)
                 if entry is not None:
                     self.on_event("hit")
                     return Hit(entry, min(similarity, 1.0))
+            if len(found) < k or k >= MAX_CANDIDATES or found[-1][1] < threshold:
+                break
+            k *= 4
         self.on_event("miss")
         return None
 
@@ -146,7 +171,7 @@ class SemanticCache:
                 self._add(shard, fresh)
             if len(records) < PULL_LIMIT:
                 break
-        oldest_ms = int(self._wall_clock() * 1000) - int(ttl_s * 1000)
+        oldest_ms = int(self._wall_clock() * 1000) - _ms(ttl_s)
         while shard.records:
             label, record = next(iter(shard.records.items()))
             if len(shard.records) <= max_entries and record.created_ms >= oldest_ms:
@@ -162,17 +187,24 @@ class SemanticCache:
                 if shard.index is not None:  # the embedding model changed: start over with the new one
                     labels, vectors = [], []
                     shard.records.clear()
+                    shard.scopes.clear()
                 shard.index = VectorIndex(vector.shape[0])
             label = shard.next_label
             shard.next_label += 1
             labels.append(label)
             vectors.append(vector)
             shard.records[label] = replace(record, vector=b"")  # usearch holds the vector
+            shard.scopes[scope_of(record.literals)] += 1
         if shard.index is not None:
             shard.index.add_many(labels, vectors)
 
     def _drop(self, shard: _Shard, label: int) -> None:
-        shard.records.pop(label, None)
+        record = shard.records.pop(label, None)
+        if record is not None:
+            scope = scope_of(record.literals)
+            shard.scopes[scope] -= 1
+            if shard.scopes[scope] <= 0:
+                del shard.scopes[scope]
         if shard.index is not None:
             shard.index.remove(label)
 

@@ -5,6 +5,6 @@
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 local id = redis.call('XADD', KEYS[1], 'MAXLEN', '=', ARGV[3], '*', 'v', ARGV[4], 'l', ARGV[5], 'e', ARGV[6])
 local ms = tonumber(string.match(id, '^(%d+)'))
-redis.call('XTRIM', KEYS[1], 'MINID', tostring(ms - tonumber(ARGV[2])))
+redis.call('XTRIM', KEYS[1], 'MINID', tostring(math.max(0, ms - tonumber(ARGV[2]))))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return id

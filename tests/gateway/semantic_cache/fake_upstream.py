@@ -3,7 +3,8 @@
 The toy embedding hashes the content words of a text (stop words dropped, synonyms folded) into 64
 dimensions, so paraphrases built from the same content words embed identically, and a question about
 another subject lands far away. Chat answers name the question they answered, so a test can tell
-which prompt an answer came from.
+which prompt an answer came from; a ``max_tokens`` under 10 cuts the answer (``finish_reason``
+``length``).
 """
 
 from __future__ import annotations
@@ -66,7 +67,11 @@ class FakeUpstream:
                 chat_chunk(request["model"], finish="stop"),
                 chat_chunk(request["model"], usage=(5, 3)),
             )
-        return Reply.json(chat_completion(request["model"], answer))
+        completion = chat_completion(request["model"], answer)
+        if request.get("max_tokens") is not None and request["max_tokens"] < 10:
+            completion["choices"][0]["message"]["content"] = answer[:5]
+            completion["choices"][0]["finish_reason"] = "length"
+        return Reply.json(completion)
 
 
 def semantic_policy(**semantic: Any) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import numpy as np
 
 from gateway.cache.blobs import RedisBlobs
 from gateway.cache.entry import Entry, EntryKind
+from gateway.semantic_cache.canonical import literals
 from gateway.semantic_cache.log import RedisSemanticLog
 from gateway.semantic_cache.semantic_cache import SemanticCache
 from tests.gateway.cache.conftest import Events
@@ -59,21 +60,46 @@ async def test_never_across_tenants_or_pools(logs: Logs) -> None:
 
 async def test_threshold_and_literals_decide(logs: Logs) -> None:
     cache = gateway(logs)
-    await store(cache, "acme", vec(1, 0), "five", literals="|5 u:km@5")
+    five, fifty = literals("5 km in miles", "scope"), literals("50 km in miles", "scope")
+    await store(cache, "acme", vec(1, 0), "five", literals=five)
     near = vec(0.95, np.sqrt(1 - 0.95**2))  # cosine 0.95
-    assert await cache.lookup("acme", "small", near, "|5 u:km@5", threshold=0.96, **TTL) is None
-    hit = await cache.lookup("acme", "small", near, "|5 u:km@5", threshold=0.94, **TTL)
+    assert await cache.lookup("acme", "small", near, five, threshold=0.96, **TTL) is None
+    hit = await cache.lookup("acme", "small", near, five, threshold=0.94, **TTL)
     assert hit is not None and abs(hit.similarity - 0.95) < 1e-3
-    assert await cache.lookup("acme", "small", near, "|50 u:km@50", threshold=0.5, **TTL) is None
-    assert await cache.lookup("acme", "small", near, None, threshold=0.5, **TTL) is not None
+    assert await cache.lookup("acme", "small", near, fifty, threshold=0.5, **TTL) is None
+    assert await cache.lookup("acme", "small", near, fifty, threshold=0.5, match_literals=False, **TTL)
+    other_scope = literals("5 km in miles", "another scope")  # another context or max_tokens
+    unguarded: dict[str, Any] = {"threshold": 0.5, "match_literals": False, **TTL}
+    assert await cache.lookup("acme", "small", near, other_scope, **unguarded) is None
 
 
 async def test_the_best_candidate_with_matching_literals_wins(logs: Logs) -> None:
     cache = gateway(logs)
-    await store(cache, "acme", vec(1, 0), "fifty", literals="|50")
-    await store(cache, "acme", vec(0.98, 0.2), "five", literals="|5")
-    hit = await cache.lookup("acme", "small", vec(1, 0), "|5", threshold=0.9, **TTL)
+    await store(cache, "acme", vec(1, 0), "fifty", literals=literals("50"))
+    await store(cache, "acme", vec(0.98, 0.2), "five", literals=literals("5"))
+    hit = await cache.lookup("acme", "small", vec(1, 0), literals("5"), threshold=0.9, **TTL)
     assert hit is not None and hit.entry == answer("five")
+
+
+async def test_entries_of_other_scopes_never_crowd_out_the_match(logs: Logs) -> None:
+    """The same question under many other system prompts sits at the same similarity: the search
+    widens past them to the one entry of the asking scope."""
+    cache = gateway(logs)
+    for i in range(40):
+        await store(cache, "acme", vec(1, 0), f"other {i}", literals=literals("q", f"scope {i}"))
+    await store(cache, "acme", vec(1, 0), "mine", literals=literals("q", "mine"))
+    hit = await cache.lookup("acme", "small", vec(1, 0), literals("q", "mine"), threshold=0.9, **TTL)
+    assert hit is not None and hit.entry == answer("mine")
+    unseen = literals("q", "unseen")
+    assert await cache.lookup("acme", "small", vec(1, 0), unseen, threshold=0.9, **TTL) is None
+
+
+async def test_a_ttl_past_a_year_is_held_to_a_year(logs: Logs) -> None:
+    cache = gateway(logs)
+    for ttl_s in (float("inf"), 1.0e15):
+        bound: dict[str, Any] = {"ttl_s": ttl_s, "max_entries": 10}
+        assert await cache.store("acme", "small", vec(1, 0), "|", answer("x"), max_entry_bytes=4096, **bound)
+        assert await cache.lookup("acme", "small", vec(1, 0), "|", threshold=0.9, **bound) is not None
 
 
 async def test_entries_expire_and_the_oldest_go_beyond_max_entries(logs: Logs) -> None:

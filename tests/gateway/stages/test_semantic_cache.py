@@ -82,8 +82,9 @@ async def test_sampled_requests_are_skipped_unless_allowed() -> None:
     assert setup.upstream.embedded == [] and len(setup.upstream.asked) == 2
     allowing = Setup(allow_sampled=True)
     await allowing.ask(FRANCE, temperature=0.7)
-    hit, _ = await allowing.ask(PARAPHRASE, top_p=0.5)
-    assert hit.cache_status == "semantic-hit"
+    hit, _ = await allowing.ask(PARAPHRASE, temperature=0.7)
+    other_sampling, _ = await allowing.ask(PARAPHRASE, top_p=0.5)  # the sampling is in the scope
+    assert hit.cache_status == "semantic-hit" and other_sampling.cache_status is None
 
 
 async def test_the_pool_threshold_override_and_the_pool_list_apply() -> None:

@@ -17,21 +17,30 @@ pool, or this one while no events flow, keeps prompt-prefix affinity (``cache.af
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any
 
 import msgspec
 
-__all__ = ["KvEventSource", "KvRoutingConfig", "PoolKvRouting", "check_kv_routing"]
+__all__ = ["KvEventSource", "KvRoutingConfig", "PoolKvRouting", "check_kv_routing", "endpoint_problem"]
 
 _SCHEMES = ("tcp://", "ipc://", "inproc://")
+_TCP = re.compile(r"^(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?\]):(?P<port>[0-9]{1,5})\Z")
+_MAX_IPC_PATH = 107
+"""A Unix socket's path is at most 107 bytes on Linux (``sun_path`` holds 108 with its NUL)."""
+_FINITE = ("load_tokens", "max_load_factor", "min_load_excess", "stale_after_s", "replay_timeout_s")
+"""The float fields whose bounds let ``.inf`` through: an infinite load weight scores an idle replica
+NaN, so it is refused with the rest."""
 
 
 class KvEventSource(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Where one replica's engine publishes its KV-cache events (vLLM's ``--kv-events-config``)."""
 
     endpoint: str
-    """The engine's ZeroMQ PUB socket, e.g. ``tcp://10.0.0.5:5557`` (the gateway connects a SUB)."""
+    """The engine's ZeroMQ PUB socket, e.g. ``tcp://10.0.0.5:5557`` (the gateway connects a SUB):
+    ``tcp://HOST:PORT``, ``ipc://PATH`` or ``inproc://NAME`` (:func:`endpoint_problem`)."""
     replay_endpoint: str | None = None
     """The engine's ROUTER replay socket; without one a gap in the sequence forgets the replica's blocks
     until new events rebuild them."""
@@ -46,7 +55,8 @@ class PoolKvRouting(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """A directory with the pool model's ``tokenizer.json`` (and ``tokenizer_config.json`` for its chat
     template), so the gateway's token ids are the ones the engine prefills."""
     replicas: dict[str, KvEventSource]
-    """Replica label -> its event source. Replicas not listed score no cached blocks."""
+    """Replica label -> its event source (at least one while ``enabled``). Replicas not listed score no
+    cached blocks."""
     enabled: bool = True
     """Off: the pool keeps prompt-prefix affinity, and no socket is opened."""
     load_tokens: Annotated[float, msgspec.Meta(ge=0)] = 256
@@ -78,14 +88,32 @@ class KvRoutingConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Pool name -> its event sources and scoring."""
 
 
-def check_kv_routing(config: KvRoutingConfig, pools: Mapping[str, Any]) -> list[str]:
-    """What is wrong with ``config`` for a policy with these pools (name -> Pool); empty if fine."""
+def check_kv_routing(
+    config: KvRoutingConfig, pools: Mapping[str, Any], embedding_pool: str | None = None
+) -> list[str]:
+    """What is wrong with ``config`` for a policy with these pools (name -> Pool); empty if fine.
+
+    ``embedding_pool``: the pool the semantic cache embeds prompts with (``cache.semantic.pool``, when
+    on), which serves no chat prompt to steer.
+    """
     problems: list[str] = []
     for name, pool_config in config.pools.items():
         where = f"kv_routing.pools.{name}"
         if name not in pools:
             problems.append(f"{where}: unknown pool (pools are {', '.join(pools)})")
             continue
+        if name == embedding_pool:
+            problems.append(
+                f"{where}: the semantic cache's embedding pool (cache.semantic.pool) has no chat prompts"
+            )
+        if pool_config.enabled and not pool_config.replicas:
+            problems.append(
+                f"{where}.replicas: expected at least one replica's event source (or enabled: false)"
+            )
+        for field in _FINITE:
+            value = getattr(pool_config, field)
+            if not math.isfinite(value):
+                problems.append(f"{where}.{field}: expected a finite number, got {value}")
         labels = {replica.label for replica in getattr(pools[name], "replicas", ())}
         for label, source in pool_config.replicas.items():
             if label not in labels:
@@ -94,14 +122,28 @@ def check_kv_routing(config: KvRoutingConfig, pools: Mapping[str, Any]) -> list[
                 )
             for field in ("endpoint", "replay_endpoint"):
                 value = getattr(source, field)
-                if value is not None and not value.startswith(_SCHEMES):
-                    problems.append(
-                        f"{where}.replicas.{label}.{field}: expected a tcp://, ipc:// or inproc:// "
-                        f"address, got {value!r}"
-                    )
-                elif value is not None and "*" in value:
-                    problems.append(
-                        f"{where}.replicas.{label}.{field}: expected the engine's host, got {value!r} "
-                        "(a `*` is what the engine binds)"
-                    )
+                problem = endpoint_problem(value) if value is not None else None
+                if problem is not None:
+                    problems.append(f"{where}.replicas.{label}.{field}: {problem}")
     return problems
+
+
+def endpoint_problem(endpoint: str) -> str | None:
+    """Why ``endpoint`` is no address the gateway can connect a ZeroMQ socket to, or None when it is one:
+    ``tcp://HOST:PORT`` (a name, an IPv4 address or a bracketed IPv6 one; a port from 1 to 65535),
+    ``ipc://PATH`` or ``inproc://NAME``. zmq itself refuses the rest only once the subscriber starts,
+    in a log line, with events never flowing."""
+    if not endpoint.startswith(_SCHEMES):
+        return f"expected a tcp://, ipc:// or inproc:// address, got {endpoint!r}"
+    if "*" in endpoint:
+        return f"expected the engine's host and port, got {endpoint!r} (a `*` is what the engine binds)"
+    scheme, _, rest = endpoint.partition("://")
+    if scheme == "tcp":
+        match = _TCP.match(rest)
+        if match is None or not 1 <= int(match.group("port")) <= 65535:
+            return f"expected tcp://HOST:PORT (IPv6 in brackets, a port from 1 to 65535), got {endpoint!r}"
+    elif not rest or not rest.isprintable():
+        return f"expected {scheme}://{'PATH' if scheme == 'ipc' else 'NAME'}, got {endpoint!r}"
+    elif scheme == "ipc" and len(rest.encode()) > _MAX_IPC_PATH:
+        return f"an ipc:// path is at most {_MAX_IPC_PATH} bytes (a Unix socket's), got {len(rest.encode())}"
+    return None

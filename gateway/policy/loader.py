@@ -8,8 +8,8 @@ merged on top, so a developer's own keys never land in the committed file.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,25 +18,18 @@ import msgspec
 import yaml
 
 from gateway.client_address import parse_networks
+from gateway.policy.errors import describe
 from gateway.policy.kv_events import check_kv_routing
 from gateway.policy.schema import Policy, PolicyError
-from gateway.replicas.config import check_routing, convert_routing
-from gateway.replicas.pools import Pool
+from gateway.replicas.config import check_routing
 from gateway.tiers.classifier import ClassifierLoadError
 from gateway.tiers.factory import build_classifier
 
 __all__ = ["load_policy", "merge", "parse_policy"]
 
 
-_MSGSPEC_PATH = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
-
-
-def _format_msgspec_error(error: msgspec.ValidationError) -> str:
-    match = _MSGSPEC_PATH.match(str(error))
-    assert match is not None
-    what, path = match.group("what"), (match.group("path") or "").lstrip(".")
-    what = what[0].lower() + what[1:] if what else what
-    return f"{path}: {what}" if path else what
+def _convert(document: Mapping[str, Any], source: str) -> Policy:
+    return msgspec.convert({**document, "source": source}, Policy, strict=True)
 
 
 def _check(policy: Policy) -> list[str]:
@@ -88,7 +81,8 @@ def _check(policy: Policy) -> list[str]:
         if pool_name not in policy.pools:
             problems.append(f"cache.semantic: unknown pool {pool_name!r}")
     problems.extend(check_routing(policy.routing, policy.pools))
-    problems.extend(check_kv_routing(policy.kv_routing, policy.pools))
+    embedding_pool = semantic.pool if semantic.enabled else None
+    problems.extend(check_kv_routing(policy.kv_routing, policy.pools, embedding_pool))
     for i, cidr in enumerate(policy.limits.unauthenticated.trusted_proxies):
         try:
             parse_networks([cidr])
@@ -134,26 +128,11 @@ def parse_policy(document: Any, source: str) -> Policy:
     """Validate a decoded YAML document into a Policy."""
     if not isinstance(document, Mapping):
         raise PolicyError(f"{source}: expected a mapping at the top level")
-    if "routing" in document:
-        try:
-            convert_routing(document["routing"])
-        except ValueError as e:
-            raise PolicyError(f"{source}: {e}") from None
-    pools = document.get("pools")
-    if isinstance(pools, Mapping):
-        # msgspec names a dict key `[...]`: check each pool alone so the error can name it
-        for name, pool in pools.items():
-            try:
-                msgspec.convert(pool, Pool, strict=True)
-            except msgspec.ValidationError as e:
-                inner = _format_msgspec_error(e)
-                sep = "" if inner.startswith(("[", ".")) or ": " not in inner else "."
-                where = f"pools.{name}{sep}{inner}" if ": " in inner else f"pools.{name}: {inner}"
-                raise PolicyError(f"{source}: {where}") from None
     try:
         policy = msgspec.convert({**document, "source": source}, Policy, strict=True)
     except msgspec.ValidationError as e:
-        raise PolicyError(f"{source}: {_format_msgspec_error(e)}") from None
+        convert = partial(_convert, source=source)
+        raise PolicyError(f"{source}: {describe(e, document, convert)}") from None
     problems = _check(policy)
     if problems:
         raise PolicyError("\n".join(f"{source}: {p}" for p in problems))

@@ -165,7 +165,8 @@ class Balancer:
             )
         self.routing = routing
         local = self.environ.get("SORTYARD_REGION") or routing.regions.local
-        self.regions = RegionTable(routing.regions, local)
+        homes = (state.replica.region for state in states.values())
+        self.regions = RegionTable(routing.regions, local, homes)
         self._states, self._pools = states, pools
         self.pools = {name: pool.states for name, pool in pools.items()}
 
@@ -288,7 +289,7 @@ class Balancer:
         self.last_region_pick = None
         if entry.regions is not None:
             ranked = rank_regions(
-                self.regions, entry.regions, origin or self.regions.local, exclude, now, entry.cap
+                self.regions, entry.regions, self.regions.origin(origin), exclude, now, entry.cap
             )
             if ranked is None:
                 return None

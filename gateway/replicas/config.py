@@ -37,6 +37,7 @@ __all__ = [
     "QueueConfig",
     "RoutingConfig",
     "Strategy",
+    "check_regions",
     "check_routing",
     "convert_routing",
 ]
@@ -143,8 +144,12 @@ class PoolRouting(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     ``max_outstanding_per_replica``). None: a saturated chain's first usable replica serves anyway."""
 
 
-REGION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-"""What a region is called (``eu-west-1``, ``us-central1``); a header value that is not one is ignored."""
+REGION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
+"""What a region is called (``eu-west-1``, ``us-central1``): it goes into a response header and a metric
+label as it is. A policy naming anything else is refused; a client's header value that is not one is
+ignored."""
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
+"""An HTTP header name (RFC 9110's token)."""
 
 Milliseconds = Annotated[float, msgspec.Meta(ge=0)]
 
@@ -156,10 +161,12 @@ class RegionsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """This gateway's region. The ``SORTYARD_REGION`` environment variable wins, so one policy serves
     gateways in several regions."""
     client_header: str | None = None
-    """A header naming the client's region (e.g. ``x-client-region``), set by the edge proxy; believed
-    only from the policy's trusted proxies (``limits.unauthenticated.trusted_proxies``)."""
+    """A header naming the client's region (e.g. ``x-client-region``, in any case), set by the edge
+    proxy; believed only from the policy's trusted proxies (``limits.unauthenticated.trusted_proxies``)."""
     latency_ms: dict[str, dict[str, Milliseconds]] = {}
-    """Round trips: ``{from: {to: ms}}``; a pair given one way is read both ways."""
+    """Round trips: ``{from: {to: ms}}``; a pair given one way is read both ways, so it is given once
+    (or both ways alike). One end of each pair is a region replicas run in; the other may be one only
+    clients or gateways are in."""
     max_latency_ms: Milliseconds | None = None
     """The latency budget: a region farther than this from the origin serves only when no nearer one
     can."""
@@ -170,10 +177,8 @@ class RegionsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """The distance of a pair the table leaves out (and of replicas without a region)."""
 
     def __post_init__(self) -> None:
-        names = [self.local, *self.latency_ms, *(t for row in self.latency_ms.values() for t in row)]
-        for name in names:
-            if name is not None and not REGION_NAME.match(name):
-                raise ValueError(f"regions: {name!r} is not a region name (letters, digits, '.', '_', '-')")
+        if self.client_header is not None:  # requests' header names arrive in lower case
+            msgspec.structs.force_setattr(self, "client_header", self.client_header.lower())
 
 
 class RoutingConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -234,7 +239,73 @@ def check_routing(routing: RoutingConfig, pools: Mapping[str, Any]) -> list[str]
             if value is not None and not value.startswith("/"):
                 problems.append(f"{where}.{field}: expected a path starting with '/'")
     problems.extend(fallback_problems(routing, pools))
+    problems.extend(check_regions(routing.regions, pools))
     return problems
+
+
+def check_regions(regions: RegionsConfig, pools: Mapping[str, Any]) -> list[str]:
+    """What is wrong with the region names of ``pools``' replicas and ``routing.regions``; empty if fine.
+
+    A region name goes into the ``x-sortyard-region`` header and a metric label as it is, so anything
+    but a :data:`REGION_NAME` is refused here rather than failing each request that reaches it.
+    """
+    problems: list[str] = []
+    homes: set[str] = set()
+    for pool_name, pool in pools.items():
+        for i, replica in enumerate(getattr(pool, "replicas", ())):
+            region = getattr(replica, "region", None)
+            if region is not None and not REGION_NAME.match(region):
+                problems.append(f"pools.{pool_name}.replicas[{i}].region: {_not_a_region(region)}")
+            elif region is not None:
+                homes.add(region)
+    where = "routing.regions"
+    if regions.local is not None and not REGION_NAME.match(regions.local):
+        problems.append(f"{where}.local: {_not_a_region(regions.local)}")
+    header = regions.client_header
+    if header is not None and not HEADER_NAME.match(header):
+        problems.append(
+            f"{where}.client_header: expected an HTTP header name (letters, digits, '-'), got {header!r}"
+        )
+    problems.extend(_latency_problems(regions.latency_ms, homes))
+    return problems
+
+
+def _latency_problems(latency_ms: Mapping[str, Mapping[str, float]], homes: set[str]) -> list[str]:
+    """A name that is no region, a region's distance to itself, a pair neither of whose regions has a
+    replica (a typo, or a figure that can never rank one), a pair given both ways with two figures."""
+    problems: list[str] = []
+    given: dict[frozenset[str], tuple[str, float]] = {}
+    for source, row in latency_ms.items():
+        if not REGION_NAME.match(source):
+            problems.append(f"routing.regions.latency_ms: {_not_a_region(source)}")
+            continue
+        for target, ms in row.items():
+            where = f"routing.regions.latency_ms.{source}"
+            if not REGION_NAME.match(target):
+                problems.append(f"{where}: {_not_a_region(target)}")
+                continue
+            where = f"{where}.{target}"
+            pair = frozenset((source, target))
+            earlier = given.setdefault(pair, (f"{source}.{target}", ms))
+            if source == target:
+                problems.append(f"{where}: a region is 0 ms from itself; leave it out")
+            elif source not in homes and target not in homes:
+                problems.append(
+                    f"{where}: neither region has a replica, so the figure ranks none "
+                    f"(replicas are in {', '.join(sorted(homes)) or 'no region'})"
+                )
+            elif earlier[1] != ms:
+                problems.append(
+                    f"{where}: {ms:g} contradicts latency_ms.{earlier[0]}: {earlier[1]:g} "
+                    "(a pair is read both ways: give it once)"
+                )
+    return problems
+
+
+def _not_a_region(name: str) -> str:
+    return (
+        f"{name!r} is not a region name (a letter or digit, then letters, digits, '.', '_', '-'; 63 at most)"
+    )
 
 
 def _pool_health(routing: RoutingConfig) -> list[tuple[HealthConfig, str]]:

@@ -5,7 +5,8 @@ Replicas carry a ``region`` (``pools.<pool>.replicas[].region``); the policy's `
 says where this gateway is (``local``, or ``SORTYARD_REGION``), which header names the client's region
 when a trusted proxy sets it (``client_header``), and how far regions are from each other
 (``latency_ms``, a round trip in milliseconds). A request's **origin** is the client's region when the
-header came through a trusted proxy, else the gateway's own.
+header came through a trusted proxy and names a region the policy knows (a replica's, the table's or
+the gateway's own), else the gateway's own.
 
 For each pick, the pool's regions are ranked by distance from the origin: 0 from itself, else the
 table's figure (either direction), else, from the gateway's own region, the measured round trip (the
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.replicas.config import REGION_NAME, RegionsConfig
@@ -62,7 +63,7 @@ class RegionPick:
 class RegionTable:
     """The distances of one policy's ``routing.regions`` (both directions filled in)."""
 
-    def __init__(self, config: RegionsConfig, local: str | None) -> None:
+    def __init__(self, config: RegionsConfig, local: str | None, regions: Iterable[str | None] = ()) -> None:
         self.config = config
         self.local = local or ""
         distances: dict[tuple[str, str], float] = {}
@@ -71,6 +72,15 @@ class RegionTable:
                 distances.setdefault((target, source), ms)
                 distances[source, target] = ms
         self._distances = distances
+        self.known = frozenset({self.local, *(r for r in regions if r), *(n for p in distances for n in p)})
+        """The regions the policy names: its replicas' (``regions``), this gateway's and the table's."""
+
+    def origin(self, client: str | None) -> str:
+        """Where ranking starts for a request whose client is in ``client`` (None: unknown): there when
+        the policy knows that region, else this gateway's own. A well-formed name no replica, table or
+        gateway has would rank every region as far as ``unknown_latency_ms`` (in name order), and would
+        make a new metric label per name a client sends."""
+        return client if client is not None and client in self.known else self.local
 
     def distance(self, origin: str, region: str, states: Sequence[ReplicaState]) -> float:
         """How far ``region`` (whose replicas are ``states``) is from ``origin`` for ranking, in ms: 0

@@ -40,7 +40,14 @@ def test_the_nearest_region_serves_from_the_gateways_own_or_the_clients() -> Non
     assert region_of(made.pick("chat")) == "eu"
     assert made.last_region_pick == RegionPick("eu", "eu")
     assert region_of(made.pick("chat", origin="ap")) == "ap"
-    assert region_of(made.pick("chat", origin="mars")) in {"eu", "us", "ap"}  # all unknown: equally far
+
+
+def test_an_origin_the_policy_does_not_know_is_the_gateways_own() -> None:
+    made = balancer({"latency_ms": {**LATENCY, "sa": {"us": 90.0}}})
+    assert region_of(made.pick("chat", origin="mars")) == "eu"
+    assert made.last_region_pick == RegionPick("eu", "eu")  # the metric's origin is a region it knows
+    assert region_of(made.pick("chat", origin="sa")) == "us"  # a client region the table names
+    assert made.last_region_pick == RegionPick("sa", "us")
 
 
 def test_sortyard_region_names_the_gateways_region() -> None:
@@ -133,6 +140,8 @@ def test_rtt_is_smoothed_and_nonsense_ignored() -> None:
     assert state.rtt_s == pytest.approx(0.13)
 
 
-def test_a_bad_region_name_is_refused() -> None:
-    with pytest.raises(ValueError, match="region name"):
-        RegionsConfig(local="eu west")
+def test_the_table_knows_the_replicas_regions_its_own_and_the_tables() -> None:
+    table = RegionTable(RegionsConfig(latency_ms={"sa": {"us": 90.0}}), "eu", ["ap", None])
+    assert table.known == {"eu", "ap", "sa", "us"}
+    assert [table.origin(o) for o in ("ap", "sa", "mars", None)] == ["ap", "sa", "eu", "eu"]
+    assert RegionTable(RegionsConfig(), None).origin("mars") == ""

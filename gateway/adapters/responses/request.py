@@ -88,7 +88,9 @@ def chat_request(body: dict[str, Any], *, stream: bool) -> dict[str, Any]:
     if max_output_tokens is not None:
         chat["max_tokens"] = max_output_tokens
     text = body.get("text")
-    if isinstance(text, dict) and text.get("format") is not None:
+    if text is not None and not isinstance(text, dict):
+        raise InvalidRequest('text must be an object ({"format": {...}}).', param="text")
+    if text is not None and text.get("format") is not None:
         response_format = _response_format(text["format"])
         if response_format is not None:
             chat["response_format"] = response_format

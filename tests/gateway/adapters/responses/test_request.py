@@ -163,6 +163,8 @@ def test_gateway_fields_and_extras_pass_and_state_fields_do_not() -> None:
         ({"prompt": {"id": "pmpt"}}, "prompt"),
         ({"truncation": "auto"}, "truncation"),
         ({"text": {"format": {"type": "grammar"}}}, "text.format"),
+        ({"text": 5}, "text"),
+        ({"text": "json"}, "text"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]"),
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
         ({"input": [{"type": "function_call", "name": "f"}]}, "input[0].call_id"),

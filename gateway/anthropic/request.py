@@ -80,7 +80,7 @@ def to_chat(raw: bytes, *, is_count: bool = False) -> dict[str, Any]:
     )
     chat: dict[str, Any] = {"model": request.model, "messages": _messages(request.system, request.messages)}
     if request.tools:
-        chat["tools"] = [_tool(tool) for tool in request.tools]
+        chat["tools"] = [_tool(i, tool) for i, tool in enumerate(request.tools)]
     if request.tool_choice is not None:
         _tool_choice(request.tool_choice, chat)
     output = request.output_config
@@ -196,7 +196,12 @@ def _assistant_turn(blocks: list[Any], where: str) -> dict[str, Any]:
     return message
 
 
-def _tool(tool: Tool) -> dict[str, Any]:
+def _tool(index: int, tool: Tool) -> dict[str, Any]:
+    """A function tool; its ``input_schema`` must be of type object, as every chat server wants its
+    ``parameters`` (what the schema's type cannot say: ``schema.ObjectSchema``)."""
+    if tool.input_schema.get("type", "object") != "object":
+        param = f"tools.{index}.input_schema.type"
+        raise _refuse(param, "Input should be 'object' (a tool takes named arguments).")
     function: dict[str, Any] = {"name": tool.name, "parameters": tool.input_schema}
     if tool.description is not None:
         function["description"] = tool.description

@@ -108,11 +108,22 @@ class AssistantMessage(msgspec.Struct, tag_field="role", tag="assistant"):
 Message = UserMessage | AssistantMessage
 
 
+TOOL_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
+"""A tool name as the chat servers behind take it (the reference engine's rule: OpenAI's letters, digits,
+``_`` and ``-``, up to 64, and ``.``, which MCP servers use). Checked here, a bad name is the same 400 on
+both routes whatever the pool serves, ``count_tokens`` included (it calls no server)."""
+ObjectSchema = Annotated[
+    dict[str, Any], msgspec.Meta(extra_json_schema={"properties": {"type": {"const": "object"}}})
+]
+"""A JSON Schema of type ``object`` (a function takes named arguments); ``type`` left out means it.
+msgspec checks that it is an object, ``request.py`` its ``type``."""
+
+
 class Tool(msgspec.Struct):
     """A client tool (a server tool, ``web_search_...`` or ``bash_...``, is refused before: request.py)."""
 
-    name: NonEmptyStr
-    input_schema: dict[str, Any]
+    name: Annotated[str, msgspec.Meta(pattern=TOOL_NAME)]
+    input_schema: ObjectSchema
     description: str | None = None
     type: Literal["custom"] | None = None
     cache_control: dict[str, Any] | None = None

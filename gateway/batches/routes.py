@@ -24,12 +24,20 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from litestar import MediaType, Request, Response, get, post, route
 from litestar.datastructures import UploadFile
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
 
 from gateway.authentication import authenticate_client
 from gateway.batches.records import page
 from gateway.batches.service import BatchService
-from gateway.errors import GatewayError, InvalidJSON, InvalidRequest, ServiceUnavailable, render
+from gateway.errors import (
+    BodyTooLarge,
+    GatewayError,
+    InvalidJSON,
+    InvalidRequest,
+    ServiceUnavailable,
+    render,
+)
 from gateway.policy import ApiKey
 from gateway.redis_client.resp import RespError
 
@@ -60,7 +68,8 @@ def batch_routes(
     waiting for the runner's next poll. The upload bound is the policy's ``batches.max_file_bytes`` when
     the routes are built (a change needs a restart); a smaller one in a reloaded policy is checked on
     each upload."""
-    max_upload_bytes = gateway.policy.batches.max_file_bytes + MULTIPART_OVERHEAD_BYTES
+    max_file_bytes = gateway.policy.batches.max_file_bytes
+    max_upload_bytes = max_file_bytes + MULTIPART_OVERHEAD_BYTES
 
     async def caller(request: Request[Any, Any, Any]) -> tuple[str, ApiKey | None]:
         compiled = gateway.compiled
@@ -105,6 +114,8 @@ def batch_routes(
         async def work(tenant: str, key: ApiKey | None) -> Any:
             try:
                 form = await request.form()
+            except RequestEntityTooLarge:  # past the route's bound: Litestar stops reading there
+                raise BodyTooLarge(f"The file is over the limit of {max_file_bytes} bytes.") from None
             except Exception:  # Litestar's multipart parser: a malformed body
                 raise InvalidRequest(
                     "Expected a multipart/form-data body with 'file' and 'purpose'."

@@ -5,6 +5,7 @@ every bad body is Anthropic's 400, never a 500."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,8 @@ from tools.servers.gateway_server import GatewayServer, fake_policy, write_polic
 KEY = "sk-test-anthropic-0123456789"
 MODEL = "claude-sonnet-4-5"
 TEXT = "Hello from the fake upstream."
+MAX_BODY_BYTES = 64 * 1024
+HEADERS = {"x-api-key": KEY, "anthropic-version": "2023-06-01", "content-type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +38,11 @@ def gateway(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) ->
         aliases={MODEL: "small", "claude-broken": "fail"},
         auth={"required": True},
         keys=[{"sha256": hash_key(KEY), "tenant": "t1", "name": "t1"}],
+        # "auto": the shipped classifier, every tier on small, whose template overhead is its own
+        classifier={"kind": "learned", "tier_pools": {"small": "small", "medium": "small", "large": "small"}},
+        limits={"max_body_bytes": MAX_BODY_BYTES},
     )
+    document["pools"]["small"]["template_tokens"] = {"per_message": 40, "per_request": 400}
     path = write_policy(tmp_path_factory.mktemp("messages") / "policy.yaml", document)
     server = GatewayServer(path).start()
     yield server
@@ -112,6 +119,65 @@ def test_count_tokens(client: anthropic.Anthropic) -> None:
         model=MODEL, messages=[{"role": "user", "content": "Hi " * 50}], system="Be brief."
     )
     assert 0 < short.input_tokens < long.input_tokens
+    # a tool named as MCP servers name them, and a schema that leaves its type out (an object), count
+    tool: Any = {"name": "search.web", "input_schema": {"properties": {"q": {"type": "string"}}}}
+    with_tool = client.messages.count_tokens(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}], tools=[tool]
+    )
+    assert with_tool.input_tokens > short.input_tokens
+
+
+def test_count_tokens_routes_auto_as_the_message_does(client: anthropic.Anthropic) -> None:
+    """``auto`` is classified by the route stage (to small here); the count has small's overhead."""
+    messages: list[Any] = [{"role": "user", "content": "What is the capital of France?"}]
+    auto = client.messages.count_tokens(model="auto", messages=messages)
+    pool = client.messages.count_tokens(model="small", messages=messages)
+    assert auto.input_tokens == pool.input_tokens > 400  # the pool's per_request tokens included
+    with pytest.raises(anthropic.NotFoundError) as unknown:
+        client.messages.count_tokens(model="no-such-model", messages=messages)
+    assert unknown.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+
+
+def test_count_tokens_errors_carry_the_request_id_and_the_body_is_bounded(gateway: GatewayServer) -> None:
+    url = gateway.url + "/v1/messages/count_tokens"
+    unauthenticated = httpx.post(url, json={}, headers={**HEADERS, "x-api-key": "sk-wrong"})
+    big = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * MAX_BODY_BYTES}]})
+    declared = httpx.post(url, content=big, headers=HEADERS)
+
+    def chunked() -> Iterator[bytes]:  # no Content-Length: the bound still holds
+        yield big.encode()
+
+    streamed = httpx.post(url, content=chunked(), headers=HEADERS)
+    for answer, status, kind in [
+        (unauthenticated, 401, "authentication_error"),
+        (declared, 413, "request_too_large"),
+        (streamed, 413, "request_too_large"),
+    ]:
+        document = answer.json()
+        assert answer.status_code == status and document["error"]["type"] == kind, answer.text
+        assert document["request_id"] == answer.headers["x-request-id"]
+
+
+BAD_TOOLS = [
+    {"name": "get weather", "input_schema": {"type": "object"}},
+    {"name": "x" * 65, "input_schema": {"type": "object"}},
+    {"name": "get_weather", "input_schema": {"type": "string"}},
+]
+
+
+@pytest.mark.parametrize("tool", BAD_TOOLS)
+def test_a_bad_tool_is_the_same_400_on_both_routes(client: anthropic.Anthropic, tool: dict[str, Any]) -> None:
+    """The tool rules are checked at the edge: the same 400 whatever the pool, with no server to ask."""
+    messages: list[Any] = [{"role": "user", "content": "Hi"}]
+    tools: list[Any] = [tool]
+    with pytest.raises(anthropic.BadRequestError) as sent:
+        client.messages.create(model=MODEL, max_tokens=8, messages=messages, tools=tools)
+    with pytest.raises(anthropic.BadRequestError) as counted:
+        client.messages.count_tokens(model=MODEL, messages=messages, tools=tools)
+    sent_body: Any = sent.value.body
+    counted_body: Any = counted.value.body
+    assert sent_body["error"]["message"].startswith("tools.0.")
+    assert counted_body["error"]["message"] == sent_body["error"]["message"]
 
 
 def test_errors_in_anthropics_shape(client: anthropic.Anthropic, gateway: GatewayServer) -> None:
@@ -158,11 +224,11 @@ NO_MAX_TOKENS = b'{"model": "claude-sonnet-4-5", "messages": [{"role": "user", "
     + [(path, body) for path in ("/v1/messages", "/v1/messages/count_tokens") for body in BAD_BODIES],
 )
 def test_every_bad_body_is_a_400_in_anthropics_shape(gateway: GatewayServer, path: str, body: bytes) -> None:
-    headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01", "content-type": "application/json"}
-    answer = httpx.post(gateway.url + path, content=body, headers=headers)
+    answer = httpx.post(gateway.url + path, content=body, headers=HEADERS)
     assert answer.status_code == 400, answer.text
     document: dict[str, Any] = answer.json()
     assert document["type"] == "error" and document["error"]["type"] == "invalid_request_error"
+    assert document["request_id"] == answer.headers["x-request-id"]
 
 
 def test_the_pipeline_routes_it_like_a_chat_request(client: anthropic.Anthropic) -> None:

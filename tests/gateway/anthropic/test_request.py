@@ -152,6 +152,8 @@ def test_a_stream_asks_for_the_usage_chunk() -> None:
         ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
         ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0.type"),
         ({"tools": [{"name": "f"}]}, "tools.0.input_schema"),
+        ({"tools": [{"name": "get weather", "input_schema": {}}]}, "tools.0.name"),
+        ({"tools": [{"name": "f", "input_schema": {"type": "array"}}]}, "tools.0.input_schema.type"),
         ({"tool_choice": {"type": "sometimes"}}, "tool_choice.type"),
         ({"mcp_servers": [{"url": "http://x"}]}, "mcp_servers"),
         ({"stop_sequences": [""]}, "stop_sequences.0"),

@@ -165,6 +165,21 @@ def test_limits_from_the_policy(gateway: GatewayServer) -> None:
     assert caught.value.status_code == 413
 
 
+def test_an_upload_past_the_route_bound_is_a_413_a_malformed_one_a_400(gateway: GatewayServer) -> None:
+    """Past ``max_file_bytes`` and the multipart room around it, the route stops reading: still a 413."""
+    big = batch_file(2000, prefix="big")  # ~300 KB: over 64 KiB + the 64 KiB of multipart room
+    with pytest.raises(openai.APIStatusError) as caught:
+        client(gateway).files.create(file=("f.jsonl", big), purpose="batch")
+    assert caught.value.status_code == 413
+    assert isinstance(caught.value.body, dict) and caught.value.body["code"] == "request_too_large"
+    malformed = httpx.post(
+        f"{gateway.url}/v1/files",
+        content=b"--x\r\nnot a part",
+        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "multipart/form-data; boundary=x"},
+    )
+    assert malformed.status_code == 400 and malformed.json()["error"]["type"] == "invalid_request_error"
+
+
 def test_another_tenants_file_and_batch_are_not_found(gateway: GatewayServer) -> None:
     mine = client(gateway)
     uploaded = mine.files.create(file=("f.jsonl", batch_file(1, prefix="tenant")), purpose="batch")

@@ -73,9 +73,10 @@ def _output_messages(payload: bytes) -> list[object]:
     return [c.get("message") or c.get("text") for c in choices if isinstance(c, dict)]
 
 
-def _relayable_error(status: int, body: bytes) -> UpstreamStatusError:
-    """The upstream's 4xx, kept as is when it is already OpenAI-shaped, else wrapped."""
-    body = body[:_MAX_ERROR_BODY]
+def _relayable_error(status: int, body: bytes, served: str = "", asked: str = "") -> UpstreamStatusError:
+    """The upstream's 4xx, kept as is when it is already OpenAI-shaped, else wrapped; naming the model
+    the client asked for where it quotes the one the replica serves (``served``)."""
+    body = _naming_asked(body[:_MAX_ERROR_BODY], served, asked)
     try:
         msgspec.json.decode(body, type=_ErrorProbe)
         return UpstreamStatusError(status, body, "upstream rejected the request")
@@ -91,6 +92,18 @@ def _relayable_error(status: int, body: bytes) -> UpstreamStatusError:
             }
         }
         return UpstreamStatusError(status, _encode(envelope), wrapped.message)
+
+
+def _naming_asked(body: bytes, served: str, asked: str) -> bytes:
+    """``body`` with the served model's quoted name (``The model `llama-8b` does not exist``) replaced by
+    the asked one's, as every answer names the model the client asked for: the replica's own name is
+    the operator's (a client that sent an alias, or a model to the wrong endpoint, never heard it)."""
+    if not served or served == asked:
+        return body
+    s, a = msgspec.json.encode(served)[1:-1], msgspec.json.encode(asked)[1:-1]
+    for quote in (b"`", b"'", b'\\"'):
+        body = body.replace(quote + s + quote, quote + a + quote)
+    return body
 
 
 class CallUpstream:
@@ -174,7 +187,7 @@ class CallUpstream:
         if not call.is_stream or response.status != 200:
             try:
                 if response.status != 200:
-                    await self._raise_for_status(response, state)
+                    await self._raise_for_status(response, state, replica.model, call.model)
                 payload = await response.read()
                 usage, finish_reasons = _read_usage(call.endpoint, payload)
             except BaseException as error:
@@ -217,7 +230,9 @@ class CallUpstream:
         self.balancer.record_success(state, elapsed_s)  # time to the first event: the recent latency
         call.result = StreamResult(_relay(call, response, chunks, relay, first, attempt))
 
-    async def _raise_for_status(self, response: UpstreamResponse, state: ReplicaState) -> None:
+    async def _raise_for_status(
+        self, response: UpstreamResponse, state: ReplicaState, served: str, asked: str
+    ) -> None:
         try:
             payload = await response.read()
         except GatewayError:
@@ -225,7 +240,7 @@ class CallUpstream:
         response.release()
         if response.status >= 500:
             raise UpstreamError(f"Upstream {state.label} answered HTTP {response.status}.")
-        raise _relayable_error(response.status, payload)
+        raise _relayable_error(response.status, payload, served, asked)
 
     @staticmethod
     async def _first_events(chunks: AsyncIterator[bytes], relay: SSERelay) -> bytes:

@@ -121,6 +121,19 @@ async def test_an_openai_shaped_4xx_is_relayed_and_never_counts_against_the_repl
     assert call.replica is not None and call.replica.num_failures == 0
 
 
+async def test_a_relayed_4xx_names_the_asked_model_not_the_replicas() -> None:
+    message = f"The model `{SERVED}` does not exist."
+    error = {"error": {"message": message, "type": "invalid_request_error", "param": "model", "code": None}}
+    call = build_call(
+        policy_doc(aliases={"gpt-4o-mini": "small"}), {"model": "gpt-4o-mini", "messages": USER_HI}
+    )
+    stage, _, _ = _setup(lambda url, body, headers: Reply.json(error, status=404), call)
+    with pytest.raises(UpstreamStatusError) as raised:
+        await stage(call)
+    relayed = msgspec.json.decode(raised.value.upstream_body)["error"]["message"]
+    assert relayed == "The model `gpt-4o-mini` does not exist." and SERVED not in relayed
+
+
 async def test_a_connect_error_counts_against_the_replica_and_the_finish_releases_it() -> None:
     def refuse(url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
         raise UpstreamConnectError("upstream small-0: cannot connect (Connection refused)")

@@ -2,7 +2,8 @@
 
 ``IncrementalDetokenizer`` (one per sequence, ``Sequence.detokenizer``) turns the growing token list into
 text deltas; ``append_text`` adds the newest delta to ``Sequence.text`` and, when asked, looks for the
-request's stop strings in it, cutting the text before the first one found. The scheduler calls it for
+request's stop strings in it, cutting the text before the first one found and naming it (the scheduler
+keeps it as ``Sequence.stop_reason``, which the server reports as vLLM does). The scheduler calls it for
 every token it appends; whether a sequence stops on a token (eos, stop ids, lengths) stays its own call.
 """
 
@@ -40,27 +41,34 @@ class IncrementalDetokenizer:
         return ""
 
 
-def append_text(seq: Sequence, *, find_stop: bool) -> bool:
+def append_text(seq: Sequence, *, find_stop: bool) -> str | None:
     """Add the text of ``seq``'s newest token (``seq.detokenizer``'s delta) to ``seq.text``. With
-    ``find_stop``: True when that text completed one of the request's stop strings, and ``seq.text``
-    then ends before the earliest one."""
+    ``find_stop``: the stop string that text completed, if any (a client is told which one ended the
+    text), and ``seq.text`` then ends before it; None otherwise."""
     new_text = seq.detokenizer.step(seq.token_ids)
     seq.text += new_text
     if not find_stop:
-        return False
-    cut = find_stop_string(seq.text, new_text, seq.params.stop)
-    if cut is None:
-        return False
+        return None
+    found = find_stop_string(seq.text, new_text, seq.params.stop)
+    if found is None:
+        return None
+    cut, stop = found
     seq.text = seq.text[:cut]
-    return True
+    return stop
 
 
-def find_stop_string(text: str, new_text: str, stop: list[str]) -> int | None:
-    """Where in ``text`` the earliest of ``stop`` starts, when ``new_text`` (the tail of ``text`` just
-    added) completed one; None otherwise. Only the tail a new match can reach is searched."""
+def find_stop_string(text: str, new_text: str, stop: list[str]) -> tuple[int, str] | None:
+    """Where in ``text`` the earliest of ``stop`` starts, and which one it is (the first listed of those
+    starting there), when ``new_text`` (the tail of ``text`` just added) completed one; None otherwise.
+    Only the tail a new match can reach is searched."""
     if not stop or not new_text:
         return None
     window = len(new_text) + max(len(s) for s in stop) - 1
     start = max(0, len(text) - window)
-    hits = [i for i in (text.find(s, start) for s in stop) if i >= 0]
-    return min(hits) if hits else None
+    hits = [(i, s) for s in stop if (i := text.find(s, start)) >= 0]
+    return min(hits, key=_position) if hits else None
+
+
+def _position(hit: tuple[int, str]) -> int:
+    """A hit's start: ``min`` on it alone keeps the first listed of stop strings that start together."""
+    return hit[0]

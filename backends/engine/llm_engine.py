@@ -325,6 +325,7 @@ class LLMEngine:
                 finish_reason=s.finish_reason,
                 logprobs=list(s.logprobs) if s.logprobs is not None else None,
                 error=s.error,
+                stop_reason=s.stop_reason,
             )
             for s in req.seqs
         ]

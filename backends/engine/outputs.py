@@ -25,6 +25,8 @@ class CompletionOutput:
     """None while running; "stop" | "length" | "abort" | "error"."""
     logprobs: list[tuple[Logprob, list[Logprob]]] | None
     error: str | None = None
+    stop_reason: str | int | None = None
+    """The stop string or stop token id that ended it (finish_reason "stop"); None for eos and the rest."""
 
 
 @dataclass

@@ -359,9 +359,9 @@ class Scheduler:
             text_of = self.token_text
             chosen = Logprob(token, lp[0], text_of(token))
             seq.logprobs.append((chosen, [Logprob(t, v, text_of(t)) for t, v in lp[1]]))
-        stop_token = (token == self.eos_token_id and not seq.params.ignore_eos) or (
-            token in seq.params.stop_token_ids
-        )
+        is_eos = token == self.eos_token_id and not seq.params.ignore_eos
+        stop_id = not is_eos and token in seq.params.stop_token_ids  # eos is reported as no stop id
+        stop_token = is_eos or stop_id
         if seq.grammar is not None:  # structured: the grammar follows every appended token
             if not seq.grammar.accept(token):
                 seq.error = f"token {token} is outside the request's grammar"
@@ -369,8 +369,9 @@ class Scheduler:
                 return
             stop_token = stop_token or seq.grammar.is_terminated  # its stop token: nothing may follow
         # its text grows either way; a stop token ends it before any stop string is looked for
-        at_stop_string = append_text(seq, find_stop=not stop_token)
-        reason = "stop" if stop_token or at_stop_string else self._length_reason(seq)
+        stop_string = append_text(seq, find_stop=not stop_token)
+        seq.stop_reason = token if stop_id else stop_string  # what ended it, as vLLM reports it
+        reason = "stop" if stop_token or stop_string is not None else self._length_reason(seq)
         if reason is not None:
             self.finish(seq, reason)
 

@@ -70,6 +70,9 @@ class Sequence:
     """Prefix-cache key of every full block of token_ids, computed lazily."""
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    """The stop string or ``stop_token_ids`` id that ended it (vLLM's ``stop_reason``); None for eos,
+    lengths, and while it runs."""
     error: str | None = None
     generator: torch.Generator | None = None
     logprobs: list[tuple[Logprob, list[Logprob]]] | None = None

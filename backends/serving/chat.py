@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from litestar import Request, Response
+from msgspec import UNSET, UnsetType
 
 from backends.engine.outputs import CompletionOutput, Logprob, RequestOutput
 from backends.engine.sampling_params import SamplingParams
@@ -29,6 +30,7 @@ from backends.serving.protocol import (
     ChatDelta,
     ChatLogprobs,
     ChatMessage,
+    StopReason,
     TokenLogprob,
     ToolCall,
     ToolCallFunction,
@@ -165,12 +167,23 @@ def _choice(output: CompletionOutput, body: ChatCompletionRequest) -> ChatChoice
                 for c in reply.calls
             ]
             finish_reason = _tool_finish_reason(finish_reason)
-    return ChatChoice(index=output.index, message=message, logprobs=logprobs, finish_reason=finish_reason)
+    return ChatChoice(
+        index=output.index,
+        message=message,
+        logprobs=logprobs,
+        finish_reason=finish_reason,
+        stop_reason=output.stop_reason,
+    )
 
 
 def _tool_finish_reason(finish_reason: str | None) -> str | None:
     """``tool_calls`` for a reply that made calls and ended by itself; a cut-off one stays ``length``."""
     return "tool_calls" if finish_reason == "stop" else finish_reason
+
+
+def _chunk_stop_reason(output: CompletionOutput) -> StopReason | UnsetType:
+    """A chunk's ``stop_reason``: on the one with the finish reason (as vLLM sends it), absent before."""
+    return UNSET if output.finish_reason is None else output.stop_reason
 
 
 def _chunk_maker(request_id: str, created: int, model: str, want_logprobs: bool) -> ChunkMaker:
@@ -181,7 +194,11 @@ def _chunk_maker(request_id: str, created: int, model: str, want_logprobs: bool)
         if want_logprobs and output.logprobs is not None:
             logprobs = chat_logprobs(output.logprobs[start:end])
         choice = ChatChunkChoice(
-            index=output.index, delta=delta, logprobs=logprobs, finish_reason=output.finish_reason
+            index=output.index,
+            delta=delta,
+            logprobs=logprobs,
+            finish_reason=output.finish_reason,
+            stop_reason=_chunk_stop_reason(output),
         )
         return encoder.encode(
             ChatCompletionChunk(id=request_id, created=created, model=model, choices=[choice])
@@ -215,11 +232,13 @@ def _tool_chunk_maker(
             if i == 0 and want_logprobs and output.logprobs is not None:
                 start, end = cursor.take_tokens(output)  # the tokens of held text go with the next chunk
                 logprobs = chat_logprobs(output.logprobs[start:end])
+            is_last = i == len(deltas) - 1
             choice = ChatChunkChoice(
                 index=output.index,
                 delta=delta,
                 logprobs=logprobs,
-                finish_reason=finish_reason if i == len(deltas) - 1 else None,
+                finish_reason=finish_reason if is_last else None,
+                stop_reason=_chunk_stop_reason(output) if is_last else UNSET,
             )
             chunks.append(
                 encoder.encode(

@@ -142,7 +142,11 @@ def _choice(output: CompletionOutput, want_logprobs: bool) -> CompletionChoice:
     if want_logprobs and output.logprobs is not None:
         logprobs = completion_logprobs(output.logprobs, 0)
     return CompletionChoice(
-        index=output.index, text=output.text, logprobs=logprobs, finish_reason=output.finish_reason
+        index=output.index,
+        text=output.text,
+        logprobs=logprobs,
+        finish_reason=output.finish_reason,
+        stop_reason=output.stop_reason,
     )
 
 
@@ -158,7 +162,11 @@ def _chunk_maker(request_id: str, created: int, model: str, want_logprobs: bool)
                 else cursor.num_logprob_chars
             )
         choice = CompletionChoice(
-            index=output.index, text=text, logprobs=logprobs, finish_reason=output.finish_reason
+            index=output.index,
+            text=text,
+            logprobs=logprobs,
+            finish_reason=output.finish_reason,
+            stop_reason=output.stop_reason,
         )
         return encoder.encode(Completion(id=request_id, created=created, model=model, choices=[choice]))
 

@@ -207,11 +207,18 @@ class AssistantMessage(msgspec.Struct):
     tool_calls: list[ToolCall] | UnsetType = UNSET
 
 
+StopReason = str | int | None
+"""vLLM's ``stop_reason`` beside ``finish_reason: "stop"``: the stop string or ``stop_token_ids`` id that
+ended a choice, null for eos and every other end; clients (the gateway's Anthropic adapter) read it to
+tell a stop sequence from the end of a turn."""
+
+
 class ChatChoice(msgspec.Struct):
     index: int
     message: AssistantMessage
     logprobs: ChatLogprobs | None
     finish_reason: str | None
+    stop_reason: StopReason = None
 
 
 class ChatCompletion(msgspec.Struct, kw_only=True):
@@ -248,6 +255,8 @@ class ChatChunkChoice(msgspec.Struct):
     delta: ChatDelta
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
+    stop_reason: StopReason | UnsetType = UNSET
+    """Sent with the finish reason only, as vLLM sends it."""
 
 
 class ChatCompletionChunk(msgspec.Struct, kw_only=True):
@@ -271,6 +280,7 @@ class CompletionChoice(msgspec.Struct):
     text: str
     logprobs: CompletionLogprobs | None
     finish_reason: str | None
+    stop_reason: StopReason = None
 
 
 class Completion(msgspec.Struct, kw_only=True):

@@ -28,11 +28,18 @@ def test_incremental_detokenizer_never_splits_utf8(tokenizer: Tokenizer) -> None
 
 
 def test_a_stop_string_is_found_only_where_the_new_text_completes_it() -> None:
-    assert find_stop_string("abc yz", "z", ["yz"]) == 4
-    assert find_stop_string("abc yz", "z", ["q", "yz", " yz"]) == 3  # the earliest of several
+    assert find_stop_string("abc yz", "z", ["yz"]) == (4, "yz")
+    assert find_stop_string("abc yz", "z", ["q", "yz", " yz"]) == (3, " yz")  # the earliest of several
     assert find_stop_string("yz abc", "c", ["yz"]) is None  # complete before the new text: not looked at
     assert find_stop_string("abc yz", "", ["yz"]) is None  # no new text
     assert find_stop_string("abc yz", "z", []) is None
+
+
+def test_of_stop_strings_that_start_together_the_first_listed_is_named() -> None:
+    """One token can complete both; the text is cut at the same place either way, and the client is
+    told the one it listed first."""
+    assert find_stop_string("a Paris", "Paris", ["Paris", "Par"]) == (2, "Paris")
+    assert find_stop_string("a Paris", "Paris", ["Par", "Paris"]) == (2, "Par")
 
 
 class CharDetokenizer:
@@ -48,8 +55,8 @@ def test_append_text_grows_the_text_and_cuts_it_before_a_stop_string() -> None:
     )
     seq.detokenizer = CharDetokenizer()
     seq.token_ids.append(ord("x"))
-    assert not append_text(seq, find_stop=True) and seq.text == "x"
+    assert append_text(seq, find_stop=True) is None and seq.text == "x"
     seq.token_ids.append(ord("y"))
-    assert not append_text(seq, find_stop=False) and seq.text == "xy"  # not looked for
+    assert append_text(seq, find_stop=False) is None and seq.text == "xy"  # not looked for
     seq.text = "x"
-    assert append_text(seq, find_stop=True) and seq.text == ""
+    assert append_text(seq, find_stop=True) == "xy" and seq.text == ""  # it names the one it cut at

@@ -37,6 +37,7 @@ def test_stop_token_ids_and_max_tokens(make_engine: EngineFactory) -> None:
     )
     assert stopped[0].outputs[0].token_ids == tokens[: tokens.index(tokens[2]) + 1]
     assert stopped[0].outputs[0].finish_reason == "stop"
+    assert stopped[0].outputs[0].stop_reason == tokens[2] and free.outputs[0].stop_reason is None
 
 
 def test_stop_string_truncates_text(make_engine: EngineFactory) -> None:
@@ -49,6 +50,7 @@ def test_stop_string_truncates_text(make_engine: EngineFactory) -> None:
     out = engine.generate(["hello there"], SamplingParams(temperature=0, max_tokens=12, stop=[stop]))[0]
     assert out.outputs[0].finish_reason == "stop"
     assert out.outputs[0].text == text[: text.index(stop)]
+    assert out.outputs[0].stop_reason == stop  # the output names the stop string that cut it
 
 
 def test_eos_stops_unless_ignored(make_engine: EngineFactory) -> None:

@@ -340,6 +340,7 @@ def test_postprocess_appends_and_stops_on_eos_stop_strings_and_limits() -> None:
     assert length.finish_reason == "length" and length.num_output_tokens == 2
     run_step(sched, [ord("z"), ord("w"), ord("w")])
     assert stop.finish_reason == "stop" and stop.text == "x"  # the stop string is cut off
+    assert (eos.stop_reason, stop.stop_reason, length.stop_reason) == (None, "yz", None)  # as vLLM's
     run_step(sched, [ord("w")])
     assert not model_len.is_finished
     run_step(sched, [ord("w")])  # its ninth token fills max_model_len

@@ -2,7 +2,8 @@
 
 Each request "generates" a scripted reply one UTF-8 byte per step, so multi-byte characters really
 arrive split across steps (the text ends in U+FFFD until their last byte), and holds one KV "block" per
-running sequence so tests can check that aborts free them.
+running sequence so tests can check that aborts free them. It stops on stop strings and stop token ids
+as the engine does, naming the one that ended a choice in its ``stop_reason``.
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ class FakeAsyncEngine:
         assert self._gate is not None
         tokens: list[list[int]] = [[] for _ in range(params.n)]
         finish: list[str | None] = [None] * params.n
+        stop_reasons: list[str | int | None] = [None] * params.n
         logprobs: list[list[tuple[Logprob, list[Logprob]]]] = [[] for _ in range(params.n)]
         limit = params.max_tokens or self.engine.max_model_len - len(ids)
         try:
@@ -163,12 +165,14 @@ class FakeAsyncEngine:
                                     for t in range(65, 65 + params.logprobs)
                                 ]
                                 logprobs[i].append((chosen, top))
-                            if len(tokens[i]) >= limit:
+                            if token in params.stop_token_ids:
+                                finish[i], stop_reasons[i] = "stop", token
+                            elif len(tokens[i]) >= limit:
                                 finish[i] = "length"
                     text = self.engine.tokenizer.decode(tokens[i])
                     for stop in params.stop:
                         if stop in text:
-                            text, finish[i] = text[: text.index(stop)], "stop"
+                            text, finish[i], stop_reasons[i] = text[: text.index(stop)], "stop", stop
                     texts.append(text)
                 yield RequestOutput(
                     request_id=request_id,
@@ -180,6 +184,7 @@ class FakeAsyncEngine:
                             token_ids=list(tokens[i]),
                             finish_reason=finish[i],
                             logprobs=list(logprobs[i]) if params.logprobs is not None else None,
+                            stop_reason=stop_reasons[i],
                         )
                         for i in range(params.n)
                     ],

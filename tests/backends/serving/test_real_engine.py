@@ -182,3 +182,19 @@ def test_non_stream_disconnect_frees_blocks(base_url: str, engine: AsyncLLMEngin
         assert wait_until(lambda: engine.engine.stats().num_running == 1, timeout_s=10)
     assert wait_until(lambda: all_blocks_free(engine), timeout_s=10)
     assert engine.engine.num_generated_tokens - generated_before < 250
+
+
+def test_chat_names_the_stop_string_that_ended_it(client: openai.OpenAI) -> None:
+    """The engine's match reaches the choice as vLLM's ``stop_reason``, plain and streamed (the gateway's
+    Anthropic adapter answers ``stop_sequence`` from it)."""
+    kwargs: Any = {"model": "tiny", "messages": MESSAGES, "max_tokens": 12, "temperature": 0}
+    free = client.chat.completions.create(**kwargs, extra_body={"ignore_eos": True}).choices[0]
+    text = free.message.content or ""
+    assert len(text) >= 4 and free.model_extra == {"stop_reason": None}
+    stop = text[2:4]
+    plain = client.chat.completions.create(**kwargs, stop=[stop]).choices[0]
+    assert (plain.message.content, plain.finish_reason) == (text[: text.index(stop)], "stop")
+    assert plain.model_extra == {"stop_reason": stop}
+    chunks = [c for c in client.chat.completions.create(**kwargs, stop=[stop], stream=True) if c.choices]
+    last = chunks[-1].choices[0]
+    assert last.finish_reason == "stop" and last.model_extra == {"stop_reason": stop}

@@ -17,7 +17,6 @@ pool, or this one while no events flow, keeps prompt-prefix affinity (``cache.af
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any
@@ -30,9 +29,6 @@ _SCHEMES = ("tcp://", "ipc://", "inproc://")
 _TCP = re.compile(r"^(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?\]):(?P<port>[0-9]{1,5})\Z")
 _MAX_IPC_PATH = 107
 """A Unix socket's path is at most 107 bytes on Linux (``sun_path`` holds 108 with its NUL)."""
-_FINITE = ("load_tokens", "max_load_factor", "min_load_excess", "stale_after_s", "replay_timeout_s")
-"""The float fields whose bounds let ``.inf`` through: an infinite load weight scores an idle replica
-NaN, so it is refused with the rest."""
 
 
 class KvEventSource(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -110,10 +106,6 @@ def check_kv_routing(
             problems.append(
                 f"{where}.replicas: expected at least one replica's event source (or enabled: false)"
             )
-        for field in _FINITE:
-            value = getattr(pool_config, field)
-            if not math.isfinite(value):
-                problems.append(f"{where}.{field}: expected a finite number, got {value}")
         labels = {replica.label for replica in getattr(pools[name], "replicas", ())}
         for label, source in pool_config.replicas.items():
             if label not in labels:

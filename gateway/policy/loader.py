@@ -8,6 +8,7 @@ merged on top, so a developer's own keys never land in the committed file.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
@@ -128,6 +129,9 @@ def parse_policy(document: Any, source: str) -> Policy:
     """Validate a decoded YAML document into a Policy."""
     if not isinstance(document, Mapping):
         raise PolicyError(f"{source}: expected a mapping at the top level")
+    where = _non_finite(document)
+    if where is not None:
+        raise PolicyError(f"{source}: {where[0]}: expected a finite number, got {where[1]}")
     try:
         policy = msgspec.convert({**document, "source": source}, Policy, strict=True)
     except msgspec.ValidationError as e:
@@ -137,6 +141,26 @@ def parse_policy(document: Any, source: str) -> Policy:
     if problems:
         raise PolicyError("\n".join(f"{source}: {p}" for p in problems))
     return policy
+
+
+def _non_finite(node: Any, path: str = "") -> tuple[str, float] | None:
+    """The path and value of the first ``.inf`` or ``.nan`` in the document, else None. No figure of a
+    policy is infinite (an unbounded one is null or left out), and one that slipped past a field's
+    bounds would fail at run time: a TTL in milliseconds, a score that is NaN, a timeout that never
+    fires."""
+    if isinstance(node, float):
+        return None if math.isfinite(node) else (path or ".", node)
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            found = _non_finite(value, f"{path}.{key}" if path else str(key))
+            if found is not None:
+                return found
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found = _non_finite(value, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 def load_policy(path: str | Path, overlay: str | Path | None = None) -> Policy:

@@ -98,3 +98,22 @@ def test_a_pools_own_check_names_its_field() -> None:
         str(caught.value)
         == "test: pools.small.passthrough_routes: /v1/models is a route of the gateway's own"
     )
+
+
+@pytest.mark.parametrize(
+    ("sections", "message"),
+    [
+        (
+            {"routing": {"regions": {"max_latency_ms": float("inf")}}},
+            "routing.regions.max_latency_ms: expected a finite number, got inf",
+        ),
+        (
+            {"cache": {"semantic": {"enabled": True, "pool": "small", "ttl_s": float("nan")}}},
+            "cache.semantic.ttl_s: expected a finite number, got nan",
+        ),
+    ],
+)
+def test_no_figure_of_a_policy_is_infinite_or_nan(sections: dict[str, Any], message: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(policy_doc(**sections), "test")
+    assert str(caught.value) == f"test: {message}"

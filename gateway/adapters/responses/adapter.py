@@ -43,6 +43,38 @@ class _ChainedStream:
         return out + self.events.end()
 
 
+def with_responses_param(payload: bytes) -> bytes:
+    """A chat server's error naming the field the client sent: its ``param`` names the translated chat
+    request's (``max_tokens``, ``response_format``, ``messages[1].content``), which the client never
+    wrote. A message's index is not the input item's (``instructions`` and a call's output shift it),
+    so a message names ``input`` whole."""
+    try:
+        body = msgspec.json.decode(payload)
+        param = body["error"]["param"]
+    except (msgspec.DecodeError, KeyError, TypeError):
+        return payload
+    if not isinstance(param, str):
+        return payload
+    renamed = _responses_param(param)
+    if renamed == param:
+        return payload
+    body["error"]["param"] = renamed
+    return _encode(body)
+
+
+def _responses_param(param: str) -> str:
+    head = param.partition(".")[0].partition("[")[0]
+    if head in ("max_tokens", "max_completion_tokens"):
+        return "max_output_tokens"
+    if head == "response_format":
+        return "text.format"
+    if head == "messages":
+        return "input"
+    if head == "tools":
+        return param.replace(".function.", ".", 1)
+    return param
+
+
 class ResponsesTranslator:
     """A chat answer (native, or OpenAI chat where ``inner`` is None) as the Responses answer."""
 
@@ -55,7 +87,8 @@ class ResponsesTranslator:
         return self.draft.complete(chat)
 
     def error(self, status: int, payload: bytes) -> bytes:
-        return self.inner.error(status, payload) if self.inner is not None else payload
+        chat = self.inner.error(status, payload) if self.inner is not None else payload
+        return with_responses_param(chat)
 
     def stream(self) -> StreamTranslator:
         inner = self.inner.stream() if self.inner is not None else None

@@ -76,6 +76,26 @@ def test_openai_mode_sends_the_chat_request_to_base_url() -> None:
     assert exchange.translator.error(400, b'{"error": {}}') == b'{"error": {}}'
 
 
+@pytest.mark.parametrize(
+    ("chat_param", "param"),
+    [
+        ("max_tokens", "max_output_tokens"),
+        ("response_format.json_schema.schema", "text.format"),
+        ("messages", "input"),
+        ("messages[1].content", "input"),
+        ("tools[0].function.parameters", "tools[0].parameters"),
+        ("temperature", "temperature"),
+    ],
+)
+def test_a_chat_servers_error_names_the_field_the_client_sent(chat_param: str, param: str) -> None:
+    adapter = ResponsesOverChat(build_adapter("sortyard"), BASE + "/")
+    exchange = adapter.exchange("/responses", {"model": "served", "input": "hi"}, ROOT, stream=False)
+    assert exchange is not None
+    error = {"error": {"message": "bad", "type": "invalid_request_error", "param": chat_param, "code": None}}
+    translated = msgspec.json.decode(exchange.translator.error(400, msgspec.json.encode(error)))
+    assert translated == {"error": {**error["error"], "param": param}}
+
+
 def test_other_paths_go_to_the_inner_adapter() -> None:
     adapter = ResponsesOverChat(build_adapter("tgi"), BASE)
     exchange = adapter.exchange("/completions", {"model": "m", "prompt": "x"}, ROOT, stream=False)

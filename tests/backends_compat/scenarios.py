@@ -46,8 +46,10 @@ class Target:
     """``chat.completions.create`` arguments only the backend refuses (the gateway passes them)."""
     rejected_status: int
     """The status the backend refuses them with."""
-    make_busy: Callable[[], AbstractContextManager[object]]
-    """While entered, the pair's first replica reports load and the gateway has scraped it."""
+    make_busy: Callable[[], AbstractContextManager[Callable[[], bool]]]
+    """While entered, the pair's first replica reports load and the gateway has scraped it; it yields
+    whether the gateway still weighs that load (a scrape is fresh for three intervals, and a late one
+    lets it go stale)."""
     served: Callable[[], tuple[int, int]]
     """Requests each replica of the pair has served so far."""
     model: str = ""
@@ -196,9 +198,10 @@ class CompatScenarios:
         assert _chat(target).choices[0].message.content  # a new connection is served
 
     def test_load_aware_choice_avoids_the_busy_replica(self, target: Target) -> None:
-        with target.make_busy():
+        with target.make_busy() as weighed:
             before = target.served()
             for _ in range(4):
+                wait_until(weighed, what="the gateway to weigh the busy replica's fresh load")
                 _chat(target, model=f"{target.kind}-pair", max_tokens=2)
             after = target.served()
         assert after[0] - before[0] == 0 and after[1] - before[1] == 4

@@ -10,7 +10,7 @@ busy replica runs a long generation sent to it directly, not through the gateway
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import httpx
@@ -98,14 +98,20 @@ def llamacpp_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target
             return tuple(balancer.replicas("llamacpp-pair"))
 
         @contextmanager
-        def make_busy() -> Iterator[object]:
+        def make_busy() -> Iterator[Callable[[], bool]]:
             busy = _Busy(servers[1].origin).start()
-            try:
-                wait_until(
-                    lambda: pair()[0].num_running > 0 and pair()[0].kv_cache_usage * N_CTX > _BUSY_TOKENS,
-                    what="the gateway to scrape the busy replica",
+
+            def weighed() -> bool:
+                first = pair()[0]
+                return (
+                    first.num_running > 0
+                    and first.kv_cache_usage * N_CTX > _BUSY_TOKENS
+                    and first.load_fresh_until > balancer.clock()
                 )
-                yield busy
+
+            try:
+                wait_until(weighed, what="the gateway to scrape the busy replica")
+                yield weighed
             finally:
                 busy.stop()
             wait_until(lambda: pair()[0].num_running == 0, what="the busy replica to be idle again")

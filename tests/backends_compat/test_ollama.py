@@ -98,7 +98,7 @@ def test_a_model_the_server_lacks_is_the_clients_404(setup: WireSetup) -> None:
     error = caught.value.body
     assert isinstance(error, dict)
     assert error["type"] == "not_found_error" and error["code"] == "model_not_found"
-    assert "llama3.2:missing" in error["message"]
+    assert error["message"] == "model 'ollama-missing' not found"  # the model asked for, not the server's
 
 
 def test_the_health_probe_reads_api_version(setup: WireSetup) -> None:

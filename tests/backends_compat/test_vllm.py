@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -121,8 +121,9 @@ BUSY = parse_vllm_metrics("".join(_metrics_response("metrics-busy")["chunks"]).e
 
 
 @contextlib.contextmanager
-def _busy(deployment: Deployment) -> Iterator[None]:
-    """Replica ``a``'s load page says busy until the block ends; returns once the gateway read it."""
+def _busy(deployment: Deployment) -> Iterator[Callable[[], bool]]:
+    """Replica ``a``'s load page says busy until the block ends; returns once the gateway read it, and
+    yields whether its reading is still fresh."""
     state = deployment.states()[0]
     balancer = deployment.gateway.gateway.balancer
 
@@ -136,7 +137,7 @@ def _busy(deployment: Deployment) -> Iterator[None]:
     deployment.metrics.overrides["metrics"] = _metrics_response("metrics-busy")
     try:
         wait_until(lambda: reads(BUSY), what="the gateway to scrape replica a's busy page")
-        yield
+        yield lambda: reads(BUSY)
     finally:
         del deployment.metrics.overrides["metrics"]
         idle = parse_vllm_metrics("".join(_metrics_response("metrics")["chunks"]).encode())

@@ -68,11 +68,12 @@ class WireSetup:
         return bool(state.load_fresh_until > self.server.gateway.balancer.clock())
 
     @contextmanager
-    def make_busy(self) -> Iterator[None]:
+    def make_busy(self) -> Iterator[Callable[[], bool]]:
         self.busy.overrides[self.load_page] = exchange(self.transcript, self.busy_page)["response"]
         try:
-            wait_until(self._scraped(self.busy_waiting), what="the busy replica's load page scraped")
-            yield
+            weighed = self._scraped(self.busy_waiting)
+            wait_until(weighed, what="the busy replica's load page scraped")
+            yield weighed
         finally:
             self.busy.overrides.pop(self.load_page, None)
             wait_until(self._scraped(0.0), what="the busy replica's idle load page scraped again")

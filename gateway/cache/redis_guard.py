@@ -1,10 +1,15 @@
 """Every Redis call of the caches goes through one guard: bounded in time, never raising.
 
 A cache is an optimisation, so a Redis failure must never fail a request: the guard turns any
-failure (refused, reset, timed out, an error reply) into the caller's default (a miss, "not stored"),
-reports ``"error"`` to the metric hook, and logs one warning per outage (one info line when Redis
-answers again). After a failure the circuit stays open for ``retry_interval_s``: calls in that time
-get the default at once instead of each waiting out a timeout; then the next call tries Redis again.
+failure (refused, reset, timed out, an error reply) into the caller's default (a miss, "not stored")
+and reports ``"error"`` to the metric hook.
+
+An outage (no connection, a timeout, or a reply that says Redis cannot serve now: ``LOADING``, a
+failover's ``READONLY`` or ``MASTERDOWN``, ``OOM``...) logs one warning (one info line when Redis
+answers again) and opens the circuit for ``retry_interval_s``: calls in that time get the default at
+once instead of each waiting out a timeout; then the next call tries Redis again. Any other error
+reply is about that one call (``WRONGTYPE`` on a key another program wrote, a script's own error):
+Redis is up, so only that call gets the default, and each kind of reply is logged once.
 """
 
 from __future__ import annotations
@@ -19,6 +24,11 @@ from gateway.redis_client.deadline import Deadline
 from gateway.redis_client.resp import RespError
 
 T = TypeVar("T")
+OUTAGE_REPLIES = (
+    "LOADING", "BUSY", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "MISCONF", "OOM",
+)  # fmt: skip
+"""Error replies that mean Redis cannot serve any call now, as a lost connection does."""
+_MAX_LOGGED_KINDS = 32
 EventHook = Callable[..., None]
 """``on_event(name: str, n: int = 1)``: the metric hook of every cache (names in the README, Caches)."""
 
@@ -61,6 +71,7 @@ class RedisGuard:
         self._clock = clock
         self._open_until = 0.0
         self._is_down = False
+        self._refusals_logged: set[str] = set()
 
     @property
     def is_down(self) -> bool:
@@ -75,14 +86,34 @@ class RedisGuard:
         try:
             async with Deadline(self.timeout_s):
                 result = await operation()
-        except (RespError, OSError, TimeoutError) as exc:  # an error reply, down, too slow
-            if not self._is_down:
-                logger.warning("%s: Redis unavailable, serving misses until it answers: %r", self.name, exc)
-            self._is_down = True
-            self._open_until = self._clock() + self.retry_interval_s
-            self.on_event("error")
+        except RespError as exc:
+            if str(exc).startswith(OUTAGE_REPLIES):
+                return self._fail(exc, default)
+            self._refused(exc)
             return default
+        except (OSError, TimeoutError) as exc:  # down, too slow
+            return self._fail(exc, default)
         if self._is_down:
             logger.info("%s: Redis answers again", self.name)
             self._is_down = False
         return result
+
+    def _fail(self, exc: Exception, default: T) -> T:
+        """An outage: log it once, open the circuit."""
+        if not self._is_down:
+            logger.warning("%s: Redis unavailable, serving misses until it answers: %r", self.name, exc)
+        self._is_down = True
+        self._open_until = self._clock() + self.retry_interval_s
+        self.on_event("error")
+        return default
+
+    def _refused(self, exc: RespError) -> None:
+        """An error reply about this call alone: Redis is up; the first of each kind is logged."""
+        kind = str(exc).partition(" ")[0]
+        if kind not in self._refusals_logged and len(self._refusals_logged) < _MAX_LOGGED_KINDS:
+            self._refusals_logged.add(kind)
+            logger.warning("%s: Redis refused a call, which gets the default: %r", self.name, exc)
+        if self._is_down:
+            logger.info("%s: Redis answers again", self.name)
+            self._is_down = False
+        self.on_event("error")

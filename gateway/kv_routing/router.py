@@ -10,23 +10,19 @@ falls back to prompt-prefix affinity.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway.kv_routing.index import BlockIndex, PromptChain
 from gateway.kv_routing.scorer import Candidate, KvChoice, choose
 from gateway.policy.kv_events import KvRoutingConfig
+from gateway.tiers.classifier import MAX_REASON_CHARS, header_safe
 
 if TYPE_CHECKING:
     from gateway.kv_routing.subscriber import KvEventSubscriber, SocketFactory
     from gateway.kv_routing.tokenizer import TokenizerCache
 
 __all__ = ["MAX_REASON_CHARS", "KvRouter", "kv_route_reason"]
-
-MAX_REASON_CHARS = 120
-"""The longest ``x-sortyard-route-reason`` (the classifier's reasons are cut there too)."""
-_UNSAFE = re.compile(r"[^\x20-\x7e]+")
 
 
 class KvRouter:
@@ -145,6 +141,6 @@ def kv_route_reason(route_reason: str | None, kv_reason: str) -> str:
     pick's whole."""
     base = route_reason or ""
     base = "" if base.startswith("kv:") else base.partition("; kv:")[0]
-    kv = _UNSAFE.sub("?", kv_reason)[:MAX_REASON_CHARS]
+    kv = header_safe(kv_reason)
     room = MAX_REASON_CHARS - len(kv) - 2
     return f"{base[:room]}; {kv}" if base and room > 0 else kv

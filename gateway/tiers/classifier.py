@@ -24,6 +24,7 @@ from gateway.tiers.config import ClassifierConfig
 from gateway.tiers.features import estimate_tokens
 
 __all__ = [
+    "MAX_REASON_CHARS",
     "Classifier",
     "ClassifierLoadError",
     "ClassifyInput",
@@ -33,7 +34,7 @@ __all__ = [
     "header_safe",
 ]
 
-_MAX_REASON_CHARS = 120
+MAX_REASON_CHARS = 120
 _UNSAFE = re.compile(r"[^\x20-\x7e]+")
 
 
@@ -155,7 +156,7 @@ def conversation_key(messages: Sequence[Any], *, namespace: str = "") -> str | N
 
 def header_safe(text: str) -> str:
     """Printable ASCII only, at most 120 characters: safe as an HTTP header value."""
-    return _UNSAFE.sub("?", text)[:_MAX_REASON_CHARS]
+    return _UNSAFE.sub("?", text)[:MAX_REASON_CHARS]
 
 
 class PoolMap:

@@ -141,7 +141,7 @@ def create_app(
     metrics = metrics or Metrics()
     store = store or build_store(reloader.policy, on_fallback=metrics.count_store_fallback)
     caches = build_caches(reloader.policy, metrics)
-    balancer = Balancer()
+    balancer = Balancer(region=settings.region)
     clients = ClientLimiter(store, on_refuse=metrics.count_client_refusal)
     keys = KeyRegistry(build_key_store(reloader.policy, settings), refresh_s=settings.keys_refresh_s)
     kv = KvRouter(on_decision=lambda pool, outcome: metrics.kv_decisions.labels(pool, outcome).inc())

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.resources import files
 
+from gateway.replicas.config import REGION_NAME
+
 TLS_CLIENT_AUTH = ("required", "optional", "none")
 """``--tls-client-auth``: whether clients must present a certificate (``gateway.tls``)."""
 
@@ -92,8 +94,19 @@ class Settings:
     upstream_client_cert: str | None = None
     """A client certificate for ``https`` replicas that ask for one; ``upstream_client_key`` its key."""
     upstream_client_key: str | None = None
+    region: str | None = None
+    """This gateway's region (``SORTYARD_REGION``): it wins over the policy's ``routing.regions.local``,
+    so one policy serves gateways in several regions. Named as a policy's regions are
+    (``gateway.replicas.config.REGION_NAME``), since it goes into response headers and metric labels."""
 
     def __post_init__(self) -> None:
+        if self.region == "":  # ``SORTYARD_REGION=`` in a manifest or compose file: not set
+            object.__setattr__(self, "region", None)
+        if self.region is not None and not REGION_NAME.match(self.region):
+            raise ValueError(
+                f"SORTYARD_REGION={self.region!r} is not a region name "
+                "(a letter or digit, then letters, digits, '.', '_', '-'; 63 at most)"
+            )
         if bool(self.tls_certfile) != bool(self.tls_keyfile):
             raise ValueError("TLS needs both a certificate and its key (SORTYARD_TLS_CERTFILE and _KEYFILE)")
         if self.tls_client_auth is not None and self.tls_client_auth not in TLS_CLIENT_AUTH:
@@ -144,6 +157,7 @@ class Settings:
             ("upstream_ca_bundle", str),
             ("upstream_client_cert", str),
             ("upstream_client_key", str),
+            ("region", str),
         ):
             raw = env.get(f"SORTYARD_{name.upper()}")
             if raw is not None:

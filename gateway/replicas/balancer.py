@@ -91,6 +91,7 @@ class Balancer:
         routing: RoutingConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
         environ: dict[str, str] | None = None,
+        region: str | None = None,
         on_breaker_change: BreakerListener | None = None,
     ) -> None:
         self.clock = clock
@@ -102,7 +103,9 @@ class Balancer:
         self._pools: dict[str, _Pool] = {}
         self._states: dict[tuple[str, str, str], ReplicaState] = {}
         self._release_listeners: list[ReleaseListener] = []
-        self.regions = RegionTable(self.routing.regions, self.environ.get("SORTYARD_REGION"))
+        self.region = region
+        """This gateway's region (``Settings.region``); None: the policy's ``routing.regions.local``."""
+        self.regions = RegionTable(self.routing.regions, region or self.routing.regions.local)
         """This gateway's region and the distances between regions (``routing.regions``)."""
         self.last_region_pick: RegionPick | None = None
         """How the latest ``pick`` in a pool with regions went: read it right after the pick (no await
@@ -164,7 +167,7 @@ class Balancer:
                 group_by_region(members),
             )
         self.routing = routing
-        local = self.environ.get("SORTYARD_REGION") or routing.regions.local
+        local = self.region or routing.regions.local
         homes = (state.replica.region for state in states.values())
         self.regions = RegionTable(routing.regions, local, homes)
         self._states, self._pools = states, pools

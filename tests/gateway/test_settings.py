@@ -1,5 +1,6 @@
 """gateway/settings.py: the upstream pool's keep-alive, read from the environment and handed to the
-client, and kept below the servers' own idle timeout."""
+client, and kept below the servers' own idle timeout; the gateway's region, refused at start when it is
+no region name."""
 
 from __future__ import annotations
 
@@ -34,3 +35,21 @@ def test_the_app_pools_with_the_settings_keepalive(tmp_path: Path) -> None:
     path = write_policy(tmp_path / "policy.yaml", fake_policy("http://127.0.0.1:9/v1"))
     gateway = create_app(Settings(policy_path=str(path), upstream_keepalive_s=1.5)).gateway
     assert isinstance(gateway.client, Http1UpstreamClient) and gateway.client.keepalive_s == 1.5
+
+
+def test_the_region_is_read_from_the_environment_and_reaches_the_balancer(tmp_path: Path) -> None:
+    assert Settings.from_env({}).region is None
+    assert Settings.from_env({"SORTYARD_REGION": ""}).region is None  # set empty in a manifest: unset
+    settings = Settings.from_env({"SORTYARD_REGION": "eu-west-1"})
+    assert settings.region == "eu-west-1"
+    path = write_policy(tmp_path / "policy.yaml", fake_policy("http://127.0.0.1:9/v1"))
+    gateway = create_app(Settings(policy_path=str(path), region="eu-west-1")).gateway
+    assert gateway.balancer.regions.local == "eu-west-1"
+
+
+@pytest.mark.parametrize("name", ["eu west", "m\u00fcnchen", "eu\r\nx-injected: 1", "-eu", "e" * 64])
+def test_a_region_that_could_not_be_a_header_or_label_is_refused_at_start(name: str) -> None:
+    """It goes into the response's route header and a metric label: a value outside the region names
+    would fail every request (non-ASCII, CR/LF) or make labels nobody can query, so start fails."""
+    with pytest.raises(ValueError, match="SORTYARD_REGION"):
+        Settings.from_env({"SORTYARD_REGION": name})

@@ -16,7 +16,7 @@ LATENCY = {"eu": {"us": 80.0, "ap": 200.0}, "us": {"ap": 150.0}}
 
 
 def balancer(
-    regions: dict[str, Any] | None = None, *, cap: int | None = None, environ: Any = None
+    regions: dict[str, Any] | None = None, *, cap: int | None = None, region: str | None = None
 ) -> Balancer:
     replicas = [
         {"base_url": f"http://{region}{i}.test/v1", "model": "m", "name": f"{region}{i}", "region": region}
@@ -26,7 +26,7 @@ def balancer(
     routing: dict[str, Any] = {"regions": {"local": "eu", "latency_ms": LATENCY, **(regions or {})}}
     if cap is not None:
         routing["pools"] = {"chat": {"max_outstanding_per_replica": cap}}
-    made = Balancer(environ=environ if environ is not None else {})
+    made = Balancer(environ={}, region=region)
     made.update(parse_policy({"pools": {"chat": {"replicas": replicas}}, "routing": routing}, "t.yaml"))
     return made
 
@@ -51,7 +51,7 @@ def test_an_origin_the_policy_does_not_know_is_the_gateways_own() -> None:
 
 
 def test_sortyard_region_names_the_gateways_region() -> None:
-    assert region_of(balancer(environ={"SORTYARD_REGION": "us"}).pick("chat")) == "us"
+    assert region_of(balancer(region="us").pick("chat")) == "us"
 
 
 def test_a_region_with_no_healthy_replica_spills_to_the_next_nearest() -> None:

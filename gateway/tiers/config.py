@@ -59,7 +59,8 @@ class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     max_prompt_tokens: int | None = None
     """Matches when the whole prompt has at most this many tokens."""
     keywords: list[str] = []
-    """Case-insensitive whole words or phrases searched in the last user message."""
+    """Case-insensitive whole words or phrases searched in the last user message (in scripts without spaces
+    between words, such as Chinese, Japanese, Thai, and in Korean, also inside a run of letters)."""
     regex: list[str] = []
     """Python regular expressions (case-insensitive) searched in the last user message."""
     min_turns: int | None = None

@@ -24,6 +24,12 @@ __all__ = ["RulesClassifier"]
 # Keywords/regexes look at most this much of the message (head and tail): bounded time per request.
 _MAX_SEARCH_CHARS = 16_000
 
+_UNSPACED = re.compile(
+    "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]"
+)
+"""Letters of scripts that do not put spaces between words (Thai, Lao, Myanmar, Khmer, kana, Han) or
+glue particles to them (Hangul): a keyword edge in one of them matches inside a run of letters."""
+
 Check = Callable[[PromptView, str], str | None]
 """A compiled condition: returns a short description when it holds, else None."""
 
@@ -33,6 +39,20 @@ def _search_text(text: str) -> str:
         return text
     half = _MAX_SEARCH_CHARS // 2
     return text[:half] + "\n" + text[-half:]
+
+
+def _keyword_pattern(word: str) -> str:
+    """A whole word or phrase, its spaces matching any run of white space. "code" misses "decode", but
+    an edge in a script written without spaces needs no boundary: "代码" is found in "写一段代码"."""
+    head = "" if _UNSPACED.match(word[0]) else r"(?<!\w)"
+    tail = "" if _UNSPACED.match(word[-1]) else r"(?!\w)"
+    body = re.escape(word).replace(r"\ ", r"\s+")
+    return f"{head}(?:{body}){tail}"
+
+
+def _ascii(text: str) -> str:
+    """The route reason is a header: a keyword outside ASCII is named by its escapes (``\\u4ee3``)."""
+    return text.encode("ascii", "backslashreplace").decode("ascii")
 
 
 def _compile_rule(index: int, rule: Rule) -> list[Check]:
@@ -57,9 +77,10 @@ def _compile_rule(index: int, rule: Rule) -> list[Check]:
         )
     if rule.keywords:
         words = sorted((k.strip() for k in rule.keywords if k.strip()), key=len, reverse=True)
-        alternation = "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in words)
-        keyword_re = re.compile(rf"(?<!\w)(?:{alternation})(?!\w)", re.IGNORECASE)
-        checks.append(lambda _v, t: f"keyword:{m.group(0).lower()}" if (m := keyword_re.search(t)) else None)
+        keyword_re = re.compile("|".join(_keyword_pattern(w) for w in words), re.IGNORECASE)
+        checks.append(
+            lambda _v, t: f"keyword:{_ascii(m.group(0).lower())}" if (m := keyword_re.search(t)) else None
+        )
     if rule.regex:
         try:
             patterns = [re.compile(p, re.IGNORECASE) for p in rule.regex]

@@ -48,6 +48,33 @@ def test_rules(rules: RulesConfig, request_: ClassifyInput, pool: str, reason: s
     assert decision.probabilities is None
 
 
+@pytest.mark.parametrize(
+    ("text", "pool"),
+    [
+        ("请写一段代码来排序列表", "large"),  # Chinese: no spaces between words
+        ("このコードを直してください", "large"),  # Japanese, katakana keyword
+        ("코드를 작성해 주세요", "large"),  # Korean: a particle glued to the keyword
+        ("โปรดเขียนโค้ดให้หน่อย", "large"),  # Thai
+        ("代码", "large"),
+        ("decode this", "small"),  # Latin keywords stay whole words
+        ("source code here", "large"),
+    ],
+)
+def test_keywords_in_scripts_without_spaces_match_inside_a_run_of_letters(text: str, pool: str) -> None:
+    config = RulesConfig(
+        rules=[Rule(pool="large", keywords=["代码", "コード", "코드", "โค้ด", "code"])], fallback_pool="small"
+    )
+    decision = build_classifier(config, pools=POOLS).classify(user(text))
+    assert decision.pool == pool
+    assert decision.reason.isascii()  # the route reason is a header: the keyword is escaped there
+
+
+def test_a_keyword_outside_ascii_is_named_by_its_escapes_in_the_reason() -> None:
+    config = RulesConfig(rules=[Rule(pool="large", keywords=["代码"])], fallback_pool="small")
+    decision = build_classifier(config, pools=POOLS).classify(user("写代码"))
+    assert decision.reason == "rules keyword:\\u4ee3\\u7801"
+
+
 def test_turns_count_user_messages(rules: RulesConfig) -> None:
     messages = [{"role": r, "content": "hello"} for r in ("user", "assistant") * 3]
     decision = build_classifier(rules, pools=POOLS).classify(ClassifyInput(messages=messages))

@@ -10,6 +10,8 @@ from typing import Any
 
 import msgspec
 
+from gateway.anthropic.params import MessagesParams
+
 __all__ = ["error_event", "error_json", "error_type", "from_openai_body"]
 
 _TYPES = {
@@ -47,9 +49,12 @@ def error_event(status: int, message: str) -> bytes:
     return b"event: error\ndata: " + error_json(status, message) + b"\n\n"
 
 
-def from_openai_body(status: int, body: bytes, request_id: str | None = None) -> bytes:
+def from_openai_body(
+    status: int, body: bytes, request_id: str | None = None, params: MessagesParams | None = None
+) -> bytes:
     """An OpenAI error envelope (the gateway's own or an upstream's) as Anthropic's error; the
-    parameter it names, if any, is put in front of the message (Anthropic has no ``param``)."""
+    parameter it names, if any, is put in front of the message (Anthropic has no ``param``). ``params``:
+    the fields of the translated request, when the error is about it, named as the client sent them."""
     try:
         document = msgspec.json.decode(body)
         error = document["error"]
@@ -57,6 +62,14 @@ def from_openai_body(status: int, body: bytes, request_id: str | None = None) ->
         param = error.get("param")
     except (msgspec.DecodeError, KeyError, TypeError, AttributeError):
         message, param = body.decode("utf-8", "replace")[:2000] or "error", None
-    if param and not message.startswith(f"{param}:"):
+    if params is not None:
+        message = params.message(message)
+        param = params.param(param) if isinstance(param, str) else param
+    if param and not _names(message, str(param)):
         message = f"{param}: {message}"
     return error_json(status, message, request_id)
+
+
+def _names(message: str, param: str) -> bool:
+    """Whether ``message`` starts with ``param`` or a field inside it (``tools.0.name: ...``)."""
+    return message.startswith(param) and message[len(param) : len(param) + 1] in (":", ".", " ", "[", "")

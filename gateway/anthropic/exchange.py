@@ -16,7 +16,8 @@ import msgspec
 from gateway.anthropic.answer import to_message
 from gateway.anthropic.errors import from_openai_body
 from gateway.anthropic.events import MessagesStream
-from gateway.anthropic.request import to_chat
+from gateway.anthropic.params import MessagesParams
+from gateway.anthropic.request import translate
 from gateway.anthropic.routes import with_api_key
 from gateway.errors import GatewayError, render
 from gateway.instance import Gateway
@@ -33,9 +34,11 @@ class MessagesExchange(HttpExchange):
         super().__init__(gateway, Endpoint.CHAT, scope, receive, send)
         self.headers = with_api_key(self.headers)
         self._stop: list[str] | None = None
+        self._params: MessagesParams | None = None
+        """The Messages fields of the translated request, once translated: errors name those."""
 
     def request_body(self, raw: bytes) -> bytes:
-        chat = to_chat(raw)
+        chat, self._params = translate(raw)
         self._stop = chat.get("stop")
         return msgspec.json.encode(chat)
 
@@ -45,12 +48,14 @@ class MessagesExchange(HttpExchange):
         elif result.status == 200:
             result = BytesResult(200, to_message(result.body, self._stop))
         else:
-            result = BytesResult(result.status, from_openai_body(result.status, result.body, call.request_id))
+            result = BytesResult(
+                result.status, from_openai_body(result.status, result.body, call.request_id, self._params)
+            )
         return await super().deliver(call, result)
 
     def render(self, error: GatewayError) -> tuple[int, bytes, dict[str, str]]:
         status, body, extra = render(error)
-        return status, from_openai_body(status, body, self._request_id or None), extra
+        return status, from_openai_body(status, body, self._request_id or None, self._params), extra
 
     async def _events(self, events: AsyncIterator[bytes], model: str) -> AsyncIterator[bytes]:
         stream = MessagesStream(model, self._stop)

@@ -30,6 +30,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.anthropic.params import MessagesParams
 from gateway.anthropic.schema import (
     Base64Source,
     ChooseAny,
@@ -53,7 +54,7 @@ from gateway.anthropic.schema import (
 )
 from gateway.errors import InvalidRequest
 
-__all__ = ["REFUSED_FIELDS", "to_chat"]
+__all__ = ["REFUSED_FIELDS", "to_chat", "translate"]
 
 REFUSED_FIELDS = {
     "mcp_servers": "MCP servers are not run by this gateway.",
@@ -71,6 +72,11 @@ def _refuse(param: str, message: str) -> InvalidRequest:
 def to_chat(raw: bytes, *, is_count: bool = False) -> dict[str, Any]:
     """The chat completions body of a Messages request body; ``InvalidRequest`` naming what is wrong.
     ``is_count``: a ``count_tokens`` body, which has no ``max_tokens``."""
+    return translate(raw, is_count=is_count)[0]
+
+
+def translate(raw: bytes, *, is_count: bool = False) -> tuple[dict[str, Any], MessagesParams]:
+    """``to_chat``, and the Messages fields the chat request's came from (for an upstream's errors)."""
     document = parse_json(raw)
     _refuse_unservable(document)
     request: MessagesRequest | CountTokensRequest = (
@@ -78,7 +84,11 @@ def to_chat(raw: bytes, *, is_count: bool = False) -> dict[str, Any]:
         if is_count
         else convert_request(document, MessagesRequest)
     )
-    chat: dict[str, Any] = {"model": request.model, "messages": _messages(request.system, request.messages)}
+    sources: list[str] = []
+    chat: dict[str, Any] = {
+        "model": request.model,
+        "messages": _messages(request.system, request.messages, sources),
+    }
     if request.tools:
         chat["tools"] = [_tool(i, tool) for i, tool in enumerate(request.tools)]
     if request.tool_choice is not None:
@@ -89,7 +99,8 @@ def to_chat(raw: bytes, *, is_count: bool = False) -> dict[str, Any]:
         chat["response_format"] = _response_format(output_format)
     if isinstance(request, MessagesRequest):
         _generation(request, chat)
-    return chat
+    is_legacy_output = output_format is not None and (output is None or output.format is None)
+    return chat, MessagesParams(sources, "output_format" if is_legacy_output else "output_config.format")
 
 
 def _refuse_unservable(document: Any) -> None:
@@ -127,23 +138,28 @@ def _generation(request: MessagesRequest, chat: dict[str, Any]) -> None:
         chat["stream_options"] = {"include_usage": True}
 
 
-def _messages(system: str | list[PlainText] | None, given: list[Message]) -> list[dict[str, Any]]:
+def _messages(
+    system: str | list[PlainText] | None, given: list[Message], sources: list[str]
+) -> list[dict[str, Any]]:
+    """The chat messages; ``sources`` gets the Messages field each came from."""
     messages: list[dict[str, Any]] = []
     text = system if isinstance(system, str) else "\n\n".join(b.text for b in system or [])
     if text:
         messages.append({"role": "system", "content": text})
+        sources.append("system")
     for i, message in enumerate(given):
         content = message.content
         blocks = [TextBlock(text=content)] if isinstance(content, str) else content
         where = f"messages.{i}.content"
         if isinstance(message, UserMessage):
-            messages += _user_turn(blocks, where)
+            messages += _user_turn(blocks, where, sources)
         else:
             messages.append(_assistant_turn(blocks, where))
+            sources.append(f"messages.{i}")
     return messages
 
 
-def _user_turn(blocks: list[Any], where: str) -> list[dict[str, Any]]:
+def _user_turn(blocks: list[Any], where: str, sources: list[str]) -> list[dict[str, Any]]:
     """Tool results first (a chat server expects them right after the assistant's calls), then the rest."""
     results: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
@@ -159,6 +175,7 @@ def _user_turn(blocks: list[Any], where: str) -> list[dict[str, Any]]:
             parts.append({"type": "image_url", "image_url": {"url": url}})
         elif isinstance(block, ToolResultBlock):
             results.append(_tool_result(block))
+            sources.append(f"{where}.{j}")
         else:
             kind = block.__struct_config__.tag
             raise _refuse(f"{where}.{j}.type", f"a {kind} block cannot be in a user turn.")
@@ -166,6 +183,7 @@ def _user_turn(blocks: list[Any], where: str) -> list[dict[str, Any]]:
         is_plain = all(part["type"] == "text" for part in parts)
         content: Any = "\n\n".join(p["text"] for p in parts) if is_plain else parts
         results.append({"role": "user", "content": content})
+        sources.append(where)
     return results
 
 

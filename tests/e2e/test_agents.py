@@ -261,6 +261,14 @@ def test_anthropics_sdk_plain_streamed_a_tool_use_loop_and_count_tokens(stack: L
         client.messages.create(
             model=MODEL, max_tokens=16, messages=question, thinking={"type": "enabled", "budget_tokens": 1024}
         )
+    pixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    image: Any = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": pixel}}
+    with pytest.raises(anthropic.BadRequestError) as refused:  # a text-only model, behind a system prompt
+        client.messages.create(
+            model=MODEL, max_tokens=16, system="Be brief.", messages=[{"role": "user", "content": [image]}]
+        )
+    error: Any = refused.value.body
+    assert error["error"]["message"].startswith("messages.0.content: "), error  # not the chat's messages[1]
 
 
 # -- offline work: the Batch API on the same stack, with a second gateway and a restart

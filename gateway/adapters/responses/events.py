@@ -9,6 +9,8 @@ with its ``sequence_number``::
                 response.content_part.done, response.output_item.done
     tool call:  response.output_item.added (function_call), response.function_call_arguments.delta ...,
                 response.function_call_arguments.done, response.output_item.done
+                (each call's item is done before the next call's is added, as OpenAI's own stream has it;
+                a chat stream that goes back to an earlier call is an upstream protocol error)
     response.completed (or response.incomplete), with the output and the usage
 
 The final event goes out at the chat stream's ``[DONE]``; a chat stream cut off before it stays cut
@@ -67,6 +69,7 @@ class ResponseEvents:
         self._text: list[str] | None = None  # the open message's text
         self._text_item = ""
         self._calls: dict[int, _Call] = {}  # chat tool-call index -> its item, while open
+        self._closed: set[int] = set()  # the chat tool-call indices whose items are done
         self._out: list[bytes] = []
 
     # ------------------------------------------------------------------ the StreamTranslator protocol
@@ -177,7 +180,10 @@ class ResponseEvents:
         function = delta.get("function") or {}
         call = self._calls.get(index)
         if call is None:
+            if index in self._closed:
+                raise UpstreamProtocolError(f"upstream went back to tool call {index} after the next began")
             self._close_text()
+            self._close_calls()  # chat servers stream calls one after another: the one before is whole
             call = _Call(
                 len(self.output), str(delta.get("id") or new_id("call")), str(function.get("name") or "")
             )
@@ -206,6 +212,7 @@ class ResponseEvents:
                 arguments=item["arguments"],
             )
             self._emit("response.output_item.done", output_index=call.output_index, item=item)
+        self._closed.update(self._calls)
         self._calls = {}
 
     def _complete(self) -> None:

@@ -100,6 +100,42 @@ def test_text_then_tool_calls_are_items_in_order() -> None:
     assert types.index("response.output_item.done") < types.index("response.function_call_arguments.delta")
 
 
+def test_each_call_is_done_before_the_next_is_added() -> None:
+    """As OpenAI's own stream: an agent can run the first call while the second streams."""
+    first = {"index": 0, "id": "call_1", "function": {"name": "f", "arguments": "{}"}}
+    second = {"index": 1, "id": "call_2", "function": {"name": "g", "arguments": "{}"}}
+    stream = _sse(_chunk({"tool_calls": [first]}), _chunk({"tool_calls": [second]}), _chunk({}, "tool_calls"))
+    events, _ = _run(stream + _sse(b"[DONE]"))
+    calls = [
+        (e["type"], e["output_index"])
+        for e in events
+        if e["type"] in ("response.output_item.added", "response.output_item.done")
+    ]
+    assert calls == [
+        ("response.output_item.added", 0),
+        ("response.output_item.done", 0),
+        ("response.output_item.added", 1),
+        ("response.output_item.done", 1),
+    ]
+    two_in_one_chunk = _sse(_chunk({"tool_calls": [first, second]}), _chunk({}, "tool_calls"), b"[DONE]")
+    events, _ = _run(two_in_one_chunk)
+    assert [e["item"]["name"] for e in events if e["type"] == "response.output_item.done"] == ["f", "g"]
+
+
+def test_going_back_to_a_finished_call_is_a_protocol_error() -> None:
+    first = {"index": 0, "id": "call_1", "function": {"name": "f", "arguments": "{"}}
+    second = {"index": 1, "id": "call_2", "function": {"name": "g", "arguments": "{}"}}
+    late = {"index": 0, "function": {"arguments": "}"}}
+    with pytest.raises(UpstreamProtocolError):
+        _run(
+            _sse(
+                _chunk({"tool_calls": [first]}),
+                _chunk({"tool_calls": [second]}),
+                _chunk({"tool_calls": [late]}),
+            )
+        )
+
+
 def test_a_length_finish_is_response_incomplete() -> None:
     events, _ = _run(_sse(_chunk({"content": "Hal"}), _chunk({}, "length"), b"[DONE]"))
     assert events[-1]["type"] == "response.incomplete"

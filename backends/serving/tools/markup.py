@@ -13,6 +13,7 @@ to exactly this text, so all three share these strings.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 TOOL_CALL_OPEN = "<tool_call>"
@@ -28,6 +29,18 @@ def call_prefix(name: str) -> str:
 
 CALL_SUFFIX = "}\n" + TOOL_CALL_CLOSE
 """A call's text after its arguments."""
+
+CALL_HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
+"""The usual start of a call inside its tags, ``{"name": "NAME", "arguments": ``; group 1 is the name
+as JSON string text."""
+
+
+def without_closing_brace(text: str) -> str:
+    """A call's argument text without the ``}`` (and spaces) that close the call's object."""
+    text = text.rstrip()
+    if text.endswith("}"):
+        text = text[:-1].rstrip()
+    return text
 
 
 def call_block(name: str, arguments: Any) -> str:

@@ -1,8 +1,11 @@
 """A finished reply's ``<tool_call>`` blocks as OpenAI tool calls, and the text around them as content.
 
 Each block holds one JSON object ``{"name": ..., "arguments": {...}}``; a block left open at the end of
-the reply (the model stopped before ``</tool_call>``) is read too, as vLLM's Hermes parser does. If any
-block does not parse, the reply is not a call: the whole text comes back as content, never an error.
+the reply (the model stopped before ``</tool_call>``) is read too, as vLLM's Hermes parser does. A
+block left open inside its arguments (the reply was cut by ``max_tokens``) is the call with the
+arguments written so far, as OpenAI answers a call cut by the token limit and as the stream has
+already sent it (``stream.py``), not the markup as text. If any other block does not parse, the reply
+is not a call: the whole text comes back as content, never an error.
 Content is trimmed of surrounding whitespace (the newline before a call), as a stream sends it.
 """
 
@@ -14,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from backends.serving.tools.markup import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from backends.serving.tools.markup import CALL_HEADER, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, without_closing_brace
 
 _BLOCK = re.compile(re.escape(TOOL_CALL_OPEN) + r"(.*?)(?:" + re.escape(TOOL_CALL_CLOSE) + r"|\Z)", re.DOTALL)
 
@@ -59,6 +62,19 @@ def parse_call_body(body: str) -> ParsedCall | None:
     return ParsedCall(value["name"], json.dumps(arguments, ensure_ascii=False))
 
 
+def _cut_call(body: str) -> ParsedCall | None:
+    """A block the reply ended inside of, in the usual form up to its arguments: the call, with the
+    argument text written so far (not JSON yet)."""
+    header = CALL_HEADER.match(body)
+    if header is None or body[header.end() : header.end() + 1] != "{":
+        return None
+    try:
+        name = json.loads(f'"{header.group(1)}"')
+    except ValueError:
+        return None
+    return ParsedCall(name, without_closing_brace(body[header.end() :])) if name else None
+
+
 def parse_tool_calls(text: str, max_calls: int | None = None) -> ParsedReply:
     """Split a finished reply into content and calls; text with a malformed block is all content.
 
@@ -70,6 +86,8 @@ def parse_tool_calls(text: str, max_calls: int | None = None) -> ParsedReply:
     position = 0
     for match in _BLOCK.finditer(text):
         call = parse_call_body(match.group(1))
+        if call is None and match.end() == len(text) and not match.group(0).endswith(TOOL_CALL_CLOSE):
+            call = _cut_call(match.group(1))
         if call is None:
             return ParsedReply(text)
         calls.append(call)

@@ -17,13 +17,10 @@ a plain reply of the same text agree.
 from __future__ import annotations
 
 import json
-import re
 
 from backends.serving.protocol import ChatDelta, FunctionDelta, ToolCallDelta
-from backends.serving.tools.markup import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from backends.serving.tools.markup import CALL_HEADER, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, without_closing_brace
 from backends.serving.tools.parser import new_call_id, parse_call_body
-
-_HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
 
 
 def held_prefix_length(text: str, marker: str) -> int:
@@ -64,7 +61,7 @@ class ToolCallStream:
         if not self._is_in_call:
             self._content(rest, out)
         elif self._is_streaming_arguments:
-            self._arguments(_without_closing_brace(rest), out)
+            self._arguments(without_closing_brace(rest), out)
         else:  # a call left open: sent if it parses, else it was text
             self._whole_call(rest, TOOL_CALL_OPEN + rest, out)
         self._is_in_call = self._is_streaming_arguments = self._is_dropping = False
@@ -91,10 +88,10 @@ class ToolCallStream:
                 self._arguments(buffer[:end], out)
                 self._buffer = buffer[end:]
                 return False
-            self._arguments(_without_closing_brace(buffer[:close]), out)
+            self._arguments(without_closing_brace(buffer[:close]), out)
             self._end_call(close)
             return True
-        header = _HEADER.match(buffer)
+        header = CALL_HEADER.match(buffer)
         # the usual form, arguments an object: announce the call, then stream its arguments
         if header is not None and buffer[header.end() : header.end() + 1] == "{":
             try:
@@ -155,15 +152,7 @@ class ToolCallStream:
             self._has_content = True
 
 
-def _without_closing_brace(text: str) -> str:
-    """A call's argument text without the ``}`` (and spaces) that close the call's object."""
-    text = text.rstrip()
-    if text.endswith("}"):
-        text = text[:-1].rstrip()
-    return text
-
-
 def _safe_arguments_end(buffer: str) -> int:
     """How much of a call's unfinished argument text may be sent: all but what may close the call."""
     end = len(buffer) - held_prefix_length(buffer, TOOL_CALL_CLOSE)
-    return len(_without_closing_brace(buffer[:end]))
+    return len(without_closing_brace(buffer[:end]))

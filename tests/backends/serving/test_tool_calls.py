@@ -165,6 +165,34 @@ def test_a_malformed_call_in_auto_is_content(
     assert (content, finish) == (MALFORMED["not_json"], "stop")
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_cut_by_max_tokens_is_the_call_so_far_streamed_or_not(
+    client: openai.OpenAI, fake: FakeAsyncEngine, stream: bool
+) -> None:
+    """As OpenAI answers it: the call, its arguments as far as they came, finish reason ``length``;
+    never the markup as content."""
+    replying(fake, ONE)
+    cut = ONE.index('"Paris"') + 3  # one byte a token: the reply stops inside the city's name
+    asked: Any = {
+        "model": MODEL,
+        "messages": USER,
+        "tools": TOOLS,
+        "tool_choice": "required",
+        "max_tokens": cut,
+    }
+    if stream:
+        content, calls, finish = streamed(client, **asked)
+    else:
+        choice = client.chat.completions.create(**asked).choices[0]
+        content, finish = choice.message.content, choice.finish_reason
+        calls = [
+            {"name": c.function.name, "arguments": c.function.arguments}
+            for c in function_calls(choice.message)
+        ]
+    assert (content or None, finish) == (None, "length")
+    assert [(c["name"], c["arguments"]) for c in calls] == [("get_weather", '{"city": "Pa')]
+
+
 def test_choice_none_neither_shows_nor_reads_calls(client: openai.OpenAI, fake: FakeAsyncEngine) -> None:
     replying(fake, ONE)
     choice = client.chat.completions.create(

@@ -51,8 +51,9 @@ MALFORMED: dict[str, str] = {
     "not_json": "<tool_call>\nnot json at all\n</tool_call>",
     "no_name": '<tool_call>{"arguments": {}}</tool_call>',
     "array_arguments": '<tool_call>{"name": "f", "arguments": [1]}</tool_call>',
-    "truncated": 'Hi <tool_call>\n{"name": "get_time", "arguments": {"zone": "U',
 }
+CUT = 'Hi <tool_call>\n{"name": "get_time", "arguments": {"zone": "U'
+"""A reply cut by ``max_tokens`` inside a call's arguments."""
 
 
 def arguments_of(text: str) -> Any:

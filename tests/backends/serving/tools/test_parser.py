@@ -7,7 +7,7 @@ import json
 import pytest
 
 from backends.serving.tools.parser import ParsedCall, new_call_id, parse_call_body, parse_tool_calls
-from tests.backends.serving.tools.samples import MALFORMED, ONE, TWO
+from tests.backends.serving.tools.samples import CUT, MALFORMED, ONE, TWO
 
 
 def test_one_call_and_no_content() -> None:
@@ -56,6 +56,15 @@ def test_missing_arguments_are_empty() -> None:
 def test_a_malformed_call_leaves_the_reply_as_content(text: str) -> None:
     reply = parse_tool_calls(text)
     assert reply.content == text and reply.calls == ()
+
+
+def test_a_call_cut_inside_its_arguments_is_the_call_so_far_as_the_stream_sends_it() -> None:
+    """As OpenAI answers a call cut by the token limit: its name, the argument text written so far."""
+    reply = parse_tool_calls(CUT)
+    assert reply.content == "Hi" and reply.calls == (ParsedCall("get_time", '{"zone": "U'),)
+    assert parse_tool_calls(CUT.replace('"get_time"', '""')).content == CUT.replace('"get_time"', '""')
+    closed = CUT + "</tool_call>"  # a closed block that does not parse is still text
+    assert parse_tool_calls(closed).content == closed
 
 
 def test_one_malformed_call_spoils_the_others() -> None:

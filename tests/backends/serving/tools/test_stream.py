@@ -12,7 +12,7 @@ from msgspec import UNSET
 from backends.serving.protocol import ChatDelta
 from backends.serving.tools.parser import parse_tool_calls
 from backends.serving.tools.stream import ToolCallStream, held_prefix_length
-from tests.backends.serving.tools.samples import MALFORMED, ONE, REPLIES
+from tests.backends.serving.tools.samples import CUT, MALFORMED, ONE, REPLIES
 
 
 def accumulate(deltas: list[ChatDelta]) -> tuple[str | None, list[dict[str, Any]]]:
@@ -117,7 +117,7 @@ def test_a_malformed_closed_call_is_sent_as_content(name: str) -> None:
 
 
 def test_a_cut_off_call_in_the_usual_form_streams_what_came() -> None:
-    content, calls = run([MALFORMED["truncated"]])
+    content, calls = run([CUT])
     assert content == "Hi" and calls == [{"name": "get_time", "arguments": '{"zone": "U'}]
 
 

@@ -43,6 +43,20 @@ def without_closing_brace(text: str) -> str:
     return text
 
 
+def held_prefix_length(text: str, marker: str) -> int:
+    """Length of the longest end of ``text`` that is a proper start of ``marker`` (it may grow into it)."""
+    for size in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-size:]):
+            return size
+    return 0
+
+
+def arguments_so_far(text: str) -> str:
+    """The argument text of a call the reply ended inside of: without a ``</tool_call>`` begun at its
+    end, nor the ``}`` that closes the call's object."""
+    return without_closing_brace(text[: len(text) - held_prefix_length(text, TOOL_CALL_CLOSE)])
+
+
 def call_block(name: str, arguments: Any) -> str:
     """One whole call: prefix, the arguments as compact JSON, suffix."""
     return call_prefix(name) + json.dumps(arguments, ensure_ascii=False) + CALL_SUFFIX

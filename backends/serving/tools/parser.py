@@ -17,7 +17,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from backends.serving.tools.markup import CALL_HEADER, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, without_closing_brace
+from backends.serving.tools.markup import (
+    CALL_HEADER,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    arguments_so_far,
+    held_prefix_length,
+)
 
 _BLOCK = re.compile(re.escape(TOOL_CALL_OPEN) + r"(.*?)(?:" + re.escape(TOOL_CALL_CLOSE) + r"|\Z)", re.DOTALL)
 
@@ -63,8 +69,11 @@ def parse_call_body(body: str) -> ParsedCall | None:
 
 
 def _cut_call(body: str) -> ParsedCall | None:
-    """A block the reply ended inside of, in the usual form up to its arguments: the call, with the
-    argument text written so far (not JSON yet)."""
+    """A block the reply ended inside of: the whole call if only its close tag was cut, else, in the
+    usual form up to its arguments, the call with the argument text written so far (not JSON yet)."""
+    whole = parse_call_body(body[: len(body) - held_prefix_length(body, TOOL_CALL_CLOSE)])
+    if whole is not None:
+        return whole
     header = CALL_HEADER.match(body)
     if header is None or body[header.end() : header.end() + 1] != "{":
         return None
@@ -72,7 +81,7 @@ def _cut_call(body: str) -> ParsedCall | None:
         name = json.loads(f'"{header.group(1)}"')
     except ValueError:
         return None
-    return ParsedCall(name, without_closing_brace(body[header.end() :])) if name else None
+    return ParsedCall(name, arguments_so_far(body[header.end() :])) if name else None
 
 
 def parse_tool_calls(text: str, max_calls: int | None = None) -> ParsedReply:

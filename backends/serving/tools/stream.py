@@ -19,16 +19,15 @@ from __future__ import annotations
 import json
 
 from backends.serving.protocol import ChatDelta, FunctionDelta, ToolCallDelta
-from backends.serving.tools.markup import CALL_HEADER, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, without_closing_brace
+from backends.serving.tools.markup import (
+    CALL_HEADER,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    arguments_so_far,
+    held_prefix_length,
+    without_closing_brace,
+)
 from backends.serving.tools.parser import new_call_id, parse_call_body
-
-
-def held_prefix_length(text: str, marker: str) -> int:
-    """Length of the longest end of ``text`` that is a proper start of ``marker`` (it may grow into it)."""
-    for size in range(min(len(marker) - 1, len(text)), 0, -1):
-        if marker.startswith(text[-size:]):
-            return size
-    return 0
 
 
 class ToolCallStream:
@@ -60,8 +59,8 @@ class ToolCallStream:
         rest, self._buffer = self._buffer, ""
         if not self._is_in_call:
             self._content(rest, out)
-        elif self._is_streaming_arguments:
-            self._arguments(without_closing_brace(rest), out)
+        elif self._is_streaming_arguments:  # cut inside the call: what it held may be a begun close tag
+            self._arguments(arguments_so_far(rest), out)
         else:  # a call left open: sent if it parses, else it was text
             self._whole_call(rest, TOOL_CALL_OPEN + rest, out)
         self._is_in_call = self._is_streaming_arguments = self._is_dropping = False
@@ -154,5 +153,4 @@ class ToolCallStream:
 
 def _safe_arguments_end(buffer: str) -> int:
     """How much of a call's unfinished argument text may be sent: all but what may close the call."""
-    end = len(buffer) - held_prefix_length(buffer, TOOL_CALL_CLOSE)
-    return len(without_closing_brace(buffer[:end]))
+    return len(arguments_so_far(buffer))

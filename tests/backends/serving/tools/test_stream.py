@@ -14,6 +14,8 @@ from backends.serving.tools.parser import parse_tool_calls
 from backends.serving.tools.stream import ToolCallStream, held_prefix_length
 from tests.backends.serving.tools.samples import CUT, MALFORMED, ONE, REPLIES
 
+ARGS = {"city": "Paris", "days": 3}
+
 
 def accumulate(deltas: list[ChatDelta]) -> tuple[str | None, list[dict[str, Any]]]:
     """Content and calls, as a client (the openai SDK) puts deltas together; checks the delta shapes."""
@@ -119,6 +121,13 @@ def test_a_malformed_closed_call_is_sent_as_content(name: str) -> None:
 def test_a_cut_off_call_in_the_usual_form_streams_what_came() -> None:
     content, calls = run([CUT])
     assert content == "Hi" and calls == [{"name": "get_time", "arguments": '{"zone": "U'}]
+
+
+@pytest.mark.parametrize("cut", range(1, len("}\n</tool_call>")))
+def test_a_reply_cut_inside_the_close_tag_streams_the_whole_call_as_the_plain_answer_has_it(cut: int) -> None:
+    """A forced call cut by max_tokens after its arguments: nothing of the tag reaches the arguments."""
+    text = ONE[:-cut]
+    assert parsed(run(list(text))) == expected(text) == (None, [{"name": "get_weather", "arguments": ARGS}])
 
 
 def test_held_prefix_length() -> None:

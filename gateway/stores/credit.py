@@ -22,9 +22,9 @@ off the hot path and gives up nothing the store promises:
   and the lease release are summed per tenant and written every ``flush_interval_s`` in one
   ``flush.lua`` call. A token reservation settled within its own second goes straight back into
   credit. A request's lease slot becomes a spare slot for the next request.
-- **Budgets.** Redis reports how much of the tightest monthly budget is left. For the rest of that second,
-  requests are admitted locally only while that room, less the cost this replica settled since, is
-  above zero. Spend is only known at settle time in any case.
+- **Budgets.** Redis reports how much of the tightest monthly budget is left; a replica spends a
+  sixteenth of it at most on local admits, and near the budget every request asks Redis and every
+  settle is written at once (``budget_share.py``).
 
 Usage reports (``usage``) flush first. Another replica's settles show up within its flush interval.
 If Redis is down, settles stay pending and are written once it answers again (``writeback.py``: a
@@ -51,13 +51,13 @@ from typing import Any
 from gateway.stores.base import (
     WINDOW_S,
     Admission,
-    BudgetRule,
     Decision,
     LimitRule,
     Settlement,
     StoreUnavailable,
     UsageReport,
 )
+from gateway.stores.budget_share import BudgetShares
 from gateway.stores.credit_book import CreditBook
 from gateway.stores.credit_plan import CreditPlan
 from gateway.stores.leases import LeaseBook
@@ -105,8 +105,8 @@ class CreditStore:
         """Request id -> its leases, renewed while it runs."""
         self._plans: dict[tuple[str, str, tuple[LimitRule, ...]], CreditPlan] = {}
         """(tenant, month, rules) -> its keys, checks and last answer from Redis."""
-        self._rooms: dict[tuple[str, str], dict[tuple[BudgetRule, ...], list[float]]] = {}
-        """(tenant, month) -> budgets -> [second Redis answered in, budget room left]."""
+        self._budgets = BudgetShares()
+        """Each tenant's budget room at Redis's last answer, and this replica's share of it."""
         self._writes = WriteBack(redis, on_failure=self._drop_credit)
         self._credit = CreditBook(self._writes, slot_idle_s=slot_idle_s)
         """Window credit and spare lease slots held."""
@@ -141,10 +141,10 @@ class CreditStore:
     def _admit_locally(self, admission: Admission, plan: CreditPlan) -> Decision | None:
         now = admission.now_s
         cur = math.floor(now)
-        if admission.budgets:
-            room = self._rooms.get((admission.tenant, admission.month), {}).get(admission.budgets)
-            if room is None or room[0] != cur or room[1] <= 0:
-                return None
+        if admission.budgets and not self._budgets.may_admit(
+            admission.tenant, admission.month, admission.budgets, cur
+        ):
+            return None
         reserve = admission.reserve_tokens
         # a spare slot serves a request only with two thirds of a fresh lease's life left: the next
         # renewal comes before it ends
@@ -245,9 +245,7 @@ class CreditStore:
             self._leases.hold(request_id, tenant, held, expiry_s=expiry, until_s=until)
         plan.snapshot = [decision, 0, 0]
         if room is not None:
-            if len(self._rooms) >= 4096:  # tenants x months
-                self._rooms.clear()
-            self._rooms.setdefault((tenant, admission.month), {})[admission.budgets] = [cur, room]
+            self._budgets.answered(tenant, admission.month, admission.budgets, cur, room)
         self._start_ticker()
         return decision
 
@@ -283,10 +281,9 @@ class CreditStore:
             settlement.output_tokens,
             cost,
         )
-        rooms = self._rooms.get((tenant, settlement.month))
-        if rooms and cost:
-            for room in rooms.values():
-                room[1] -= cost
+        is_near_budget = bool(cost and settlement.budgets) and self._budgets.settled(
+            tenant, settlement.month, cost
+        )
 
         now = settlement.now_s if settlement.now_s is not None else self._clock()
         delta = settlement.input_tokens + settlement.output_tokens - settlement.reserved_tokens
@@ -299,6 +296,10 @@ class CreditStore:
         held = self._leases.release(request_id)
         if held is not None:
             self._credit.return_leases(tenant, held, now)
+        if is_near_budget:  # every replica asks Redis here: the spend must be there for its next admit
+            flushed = self._flush_soon(tenant)
+            if flushed is not None:
+                await flushed
         self._start_ticker()
 
     def _token_keys(self, tenant: str, rules: tuple[LimitRule, ...]) -> list[str]:

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -19,14 +20,33 @@ from gateway.roles import ROLES
 
 __all__ = ["add_key_admin_commands"]
 
+NONE = "none"
+"""A limit, budget or expiry given as this (``--rpm none``) is removed: the API is sent ``null``."""
 
-def _limits(args: argparse.Namespace) -> dict[str, int] | None:
+
+def _number_or_none(kind: Callable[[str], float]) -> Callable[[str], float | str]:
+    """An argparse ``type``: a number of ``kind``, or ``none``; what was not given stays None."""
+
+    def parse(text: str) -> float | str:
+        return NONE if text.lower() == NONE else kind(text)
+
+    parse.__name__ = kind.__name__  # argparse's message: "invalid int value: 'x'"
+    return parse
+
+
+def _json(value: float | str) -> float | None:
+    """What the API is sent for a parsed value: ``none`` as ``null``, which removes it."""
+    return None if isinstance(value, str) else value
+
+
+def _limits(args: argparse.Namespace) -> dict[str, float | None] | None:
+    """Only the limits given: the gateway merges them into the key's, so the others stay."""
     limits = {
         "requests_per_minute": args.rpm,
         "tokens_per_minute": args.tpm,
         "max_concurrent": args.max_concurrent,
     }
-    given = {name: value for name, value in limits.items() if value is not None}
+    given = {name: _json(value) for name, value in limits.items() if value is not None}
     return given or None
 
 
@@ -39,9 +59,10 @@ def _scope(args: argparse.Namespace) -> dict[str, Any]:
     if (limits := _limits(args)) is not None:
         body["limits"] = limits
     if args.monthly_usd is not None:
-        body["budget"] = {"monthly_usd": args.monthly_usd}
+        usd = _json(args.monthly_usd)
+        body["budget"] = None if usd is None else {"monthly_usd": usd}
     if args.expires_at is not None:
-        body["expires_at"] = args.expires_at
+        body["expires_at"] = _json(args.expires_at)
     return body
 
 
@@ -98,11 +119,12 @@ def add_key_admin_commands(keys: Any) -> None:
     scope = argparse.ArgumentParser(add_help=False)
     scope.add_argument("--pools", help="comma-separated pools the key may use (empty: all)")
     scope.add_argument("--models", help="comma-separated model names the key may use besides")
-    scope.add_argument("--rpm", type=int, help="requests per minute")
-    scope.add_argument("--tpm", type=int, help="tokens per minute")
-    scope.add_argument("--max-concurrent", type=int)
-    scope.add_argument("--monthly-usd", type=float, help="monthly budget")
-    scope.add_argument("--expires-at", type=float, help="unix time after which the key stops working")
+    count, number = _number_or_none(int), _number_or_none(float)
+    scope.add_argument("--rpm", type=count, help="requests per minute (none: no limit)")
+    scope.add_argument("--tpm", type=count, help="tokens per minute (none: no limit)")
+    scope.add_argument("--max-concurrent", type=count, help="requests in flight at once (none: no limit)")
+    scope.add_argument("--monthly-usd", type=number, help="monthly budget (none: no budget)")
+    scope.add_argument("--expires-at", type=number, help="unix time it stops working (none: never)")
 
     create = keys.add_parser("create", parents=[common, scope], help="make a key on a running gateway")
     create.add_argument("--tenant", required=True)
@@ -125,7 +147,7 @@ def add_key_admin_commands(keys: Any) -> None:
         command.add_argument("name")
         command.set_defaults(handler=lambda a, m=method, s=suffix: _call(a, m, f"/v1/admin/keys/{a.name}{s}"))
 
-    update = keys.add_parser("update", parents=[common, scope], help="change a key's limits or scope")
+    update = keys.add_parser("update", parents=[common, scope], help="change what is given; none removes")
     update.add_argument("name")
     update.add_argument("--role", choices=(*ROLES, "none"), help="its new role (none: a plain key)")
     update.set_defaults(handler=lambda a: _call(a, "PATCH", f"/v1/admin/keys/{a.name}", _changes(a)))

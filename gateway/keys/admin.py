@@ -73,7 +73,13 @@ class KeyAdmin:
         return KeyView.of_record(record, now, key=key)
 
     async def update(self, policy: Policy, actor: str, name: str, changes: KeyChanges) -> KeyView:
+        """Apply ``changes`` (``limits`` merged per field); a revoked key is refused (409): it opens
+        nothing again, so a change to it would only be recorded as if it mattered."""
         record = await self._record(policy, name)
+        if record.revoked_at is not None:
+            raise Conflict(
+                f"Key {name!r} is revoked and can no longer be changed; make a new key.", code="key_revoked"
+            )
         given = changes.given()
         _check_scope(policy, given.get("pools", ()), given.get("models", ()))  # type: ignore[arg-type]
         _check_guardrails(policy, given.get("guardrails", ()))  # type: ignore[arg-type]
@@ -84,6 +90,8 @@ class KeyAdmin:
         changed = msgspec.to_builtins(given)
         if {"admin", "role"} & given.keys():
             given = {**given, "admin": admin, "role": role}
+        if "limits" in given:
+            given = {**given, "limits": changes.limits_of(record)}
         new = msgspec.structs.replace(record, revision=record.revision + 1, **given)
         now = self.registry.clock()
         await self._put(new, record.revision, AuditEntry(now, actor, "update", name, record.tenant, changed))

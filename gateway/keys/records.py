@@ -13,12 +13,35 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gateway.policy import ApiKey, Budget, RateLimits
-from gateway.policy.schema import Name, Role, Sha256Hex
+from gateway.policy.schema import Count, Name, Role, Sha256Hex
 
-__all__ = ["AuditEntry", "KeyChanges", "KeyRecord", "KeySpec", "KeyView", "RotateSpec", "Secret"]
+__all__ = [
+    "KEY_NAME_PATTERN",
+    "AuditEntry",
+    "KeyChanges",
+    "KeyName",
+    "KeyRecord",
+    "KeySpec",
+    "KeyView",
+    "LimitChanges",
+    "RotateSpec",
+    "Secret",
+]
 
 Action = Literal["create", "update", "revoke", "rotate"]
 Timestamp = Annotated[float, msgspec.Meta(ge=0)]
+KEY_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+KeyName = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=KEY_NAME_PATTERN,
+        max_length=128,
+        description="Letters, digits and . _ : - (no /): the name is one segment of the key's URL.",
+    ),
+]
+"""A new key's name: the policy's ``Name`` less ``/``, which model names need but a key's name cannot
+carry, since ``/v1/admin/keys/{name}`` takes it as one path segment (a slash, even as ``%2F``, would
+make a key no route can reach again)."""
 
 
 class Secret(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -33,6 +56,7 @@ class KeyRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A key made through the admin API, as stored (Redis hash field or the keys file)."""
 
     name: Name
+    """``Name``, not ``KeyName``: a record stored before names lost ``/`` must still load."""
     tenant: Name
     secrets: tuple[Secret, ...]
     created_at: float
@@ -88,8 +112,8 @@ class KeySpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``POST /v1/admin/keys``: a new key."""
 
     tenant: Name
-    name: Name | None = None
-    """Unique among all keys; default ``key-`` and 8 random hex digits."""
+    name: KeyName | None = None
+    """Unique among all keys, no ``/`` (400 naming ``name``); default ``key-`` and 8 random hex digits."""
     pools: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
     """Model names this key may use besides those of its pools (both empty: every model)."""
@@ -111,12 +135,28 @@ class KeySpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return self.role or ("admin" if self.admin else None)
 
 
+class LimitChanges(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``limits`` in a PATCH, merged into the key's per field as a JSON merge patch (RFC 7396) does: a
+    field given replaces, ``null`` removes it, one left out stays. So ``--tpm`` alone keeps the rpm."""
+
+    requests_per_minute: Count | msgspec.UnsetType | None = msgspec.UNSET
+    tokens_per_minute: Count | msgspec.UnsetType | None = msgspec.UNSET
+    max_concurrent: Count | msgspec.UnsetType | None = msgspec.UNSET
+
+    def merged(self, limits: RateLimits | None) -> RateLimits | None:
+        """``limits`` with this change applied; None when no limit is left."""
+        given = {f: v for f in self.__struct_fields__ if (v := getattr(self, f)) is not msgspec.UNSET}
+        merged = msgspec.structs.replace(limits or RateLimits(), **given)
+        return None if merged == RateLimits() else merged
+
+
 class KeyChanges(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """``PATCH /v1/admin/keys/{name}``: the fields given replace the key's (``null`` clears)."""
+    """``PATCH /v1/admin/keys/{name}``: the fields given replace the key's (``null`` clears), except
+    ``limits``, merged per field (``LimitChanges``). ``budget`` has one field, so replacing it is merging."""
 
     pools: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
     models: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
-    limits: RateLimits | msgspec.UnsetType | None = msgspec.UNSET
+    limits: LimitChanges | msgspec.UnsetType | None = msgspec.UNSET
     budget: Budget | msgspec.UnsetType | None = msgspec.UNSET
     admin: bool | msgspec.UnsetType = msgspec.UNSET
     expires_at: Timestamp | msgspec.UnsetType | None = msgspec.UNSET
@@ -125,6 +165,12 @@ class KeyChanges(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     def given(self) -> dict[str, object]:
         return {f: v for f in self.__struct_fields__ if (v := getattr(self, f)) is not msgspec.UNSET}
+
+    def limits_of(self, record: KeyRecord) -> RateLimits | None:
+        """The key's limits after this change: ``null`` removes them all, an object merges."""
+        if isinstance(self.limits, LimitChanges):
+            return self.limits.merged(record.limits)
+        return record.limits if self.limits is msgspec.UNSET else None
 
     def role_of(self, record: KeyRecord) -> tuple[bool, Role | None]:
         """``(admin, role)`` after this change: a role given alone replaces the admin flag, an admin

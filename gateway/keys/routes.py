@@ -4,7 +4,8 @@
                                             "budget"?, "role"?, "expires_at"?} -> the key, secret once
     GET    /v1/admin/keys[?tenant=]         list (policy-file keys too, marked "source": "policy")
     GET    /v1/admin/keys/{name}            show
-    PATCH  /v1/admin/keys/{name}            change limits, budget, pools, models, role, expires_at
+    PATCH  /v1/admin/keys/{name}            change limits (merged per field), budget, pools, models,
+                                            role, expires_at; a revoked key: 409 key_revoked
     POST   /v1/admin/keys/{name}/rotate     {"grace_s"?: 3600} -> a new secret, once
     POST   /v1/admin/keys/{name}/revoke     (DELETE /v1/admin/keys/{name} does the same)
     GET    /v1/admin/audit[?limit=100]      who did what to which key, newest first
@@ -22,10 +23,11 @@ import msgspec
 from litestar import MediaType, Request, Response, get, post, route
 from litestar.handlers import HTTPRouteHandler
 
-from gateway.errors import GatewayError, InvalidRequest, ServiceUnavailable
+from gateway.errors import GatewayError, InvalidRequest, PermissionDenied, ServiceUnavailable
 from gateway.keys.admin import KeyAdmin
 from gateway.keys.records import KeyChanges, KeySpec, RotateSpec
 from gateway.policy import ApiKey, Policy
+from gateway.policy.schema import Role
 from gateway.roles import Principal, authorize, may_grant, scoped_tenant
 
 __all__ = ["key_admin_routes"]
@@ -127,19 +129,20 @@ def key_admin_routes(
 
         return await run(request, views, "keys.read")
 
-    async def owned(c: P, who: Principal, name: str, need: str) -> None:
-        """Refuse (403) a key of another tenant, or (for a change) one whose role ``who`` may not give."""
+    async def owned(c: P, who: Principal, name: str, doing: str | None = None) -> None:
+        """Refuse (403) a key of another tenant, or, when ``doing`` a change to it ("Revoking", ...),
+        one whose role ``who`` may not give."""
         view = await admin.show(c.policy, name)
-        authorize(who, need, view.tenant)
-        if need == "keys.write":
-            may_grant(who, view.role)
+        authorize(who, "keys.read" if doing is None else "keys.write", view.tenant)
+        if doing is not None:
+            _may_act_on(who, view.role, doing)
 
     @route("/v1/admin/keys/{name:str}", http_method=["GET", "PATCH", "DELETE"], status_code=200)
     async def key(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
         if request.method == "GET":
 
             async def show(c: P, who: Principal) -> Any:
-                await owned(c, who, name, "keys.read")
+                await owned(c, who, name)
                 return await admin.show(c.policy, name)
 
             return await run(request, show, "keys.read")
@@ -151,7 +154,7 @@ def key_admin_routes(
         async def update(c: P, who: Principal) -> Any:
             changes = decode(body, KeyChanges)
             details.update(msgspec.to_builtins(changes.given()))
-            await owned(c, who, name, "keys.write")
+            await owned(c, who, name, "Changing")
             may_grant(who, changes.effective_role)
             return await admin.update(c.policy, who.name, name, changes)
 
@@ -159,7 +162,7 @@ def key_admin_routes(
 
     def revoker(name: str) -> Callable[[P, Principal], Awaitable[Any]]:
         async def revoke(c: P, who: Principal) -> Any:
-            await owned(c, who, name, "keys.write")
+            await owned(c, who, name, "Revoking")
             return await admin.revoke(c.policy, who.name, name)
 
         return revoke
@@ -175,7 +178,7 @@ def key_admin_routes(
 
         async def act(c: P, who: Principal) -> Any:
             details["grace_s"] = grace_s = decode(body, RotateSpec).grace_s
-            await owned(c, who, name, "keys.write")
+            await owned(c, who, name, "Rotating")
             return await admin.rotate(c.policy, who.name, name, grace_s)
 
         return await run(request, act, "keys.write", "key.rotate", name, details)
@@ -192,3 +195,15 @@ def key_admin_routes(
         return await run(request, act, "audit.read")
 
     return [keys, key, revoke_key, rotate_key, audit]
+
+
+def _may_act_on(who: Principal, role: Role | None, doing: str) -> None:
+    """``may_grant``'s rule (a role ``who`` may not give is one it may not touch) for a key that already
+    has ``role``; the message names what was tried, ``doing`` ("Revoking"), since nothing is given."""
+    try:
+        may_grant(who, role)
+    except PermissionDenied as refused:
+        raise PermissionDenied(
+            f"{doing} a key with the role {role} needs the role admin; this key has role {who.role}.",
+            code=refused.code,
+        ) from None

@@ -8,7 +8,7 @@ import pytest
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.keys import FileKeyStore, KeyAdmin, KeyRegistry
 from gateway.keys.hashing import hash_key
-from gateway.keys.records import KeyChanges, KeySpec
+from gateway.keys.records import KeyChanges, KeySpec, LimitChanges
 from gateway.policy import Policy, RateLimits, parse_policy
 
 POLICY_KEY = "sk-policy-admin"
@@ -87,17 +87,39 @@ async def test_the_policy_files_keys_are_listed_but_never_changed(admin: KeyAdmi
 async def test_an_update_changes_what_the_key_carries(admin: KeyAdmin, policy: Policy) -> None:
     made = await admin.create(policy, "root", KeySpec(tenant="team-a", name="ci"))
     assert made.key is not None
-    limits = RateLimits(requests_per_minute=5)
-    updated = await admin.update(policy, "root", "ci", KeyChanges(limits=limits, pools=("large",)))
+    changes = KeyChanges(limits=LimitChanges(requests_per_minute=5), pools=("large",))
+    updated = await admin.update(policy, "root", "ci", changes)
     assert updated.revision == 2
     key = admin.registry.find(hash_key(made.key))
-    assert key is not None and key.limits == limits and key.pools == ("large",)
+    assert key is not None and key.limits == RateLimits(requests_per_minute=5) and key.pools == ("large",)
     await admin.update(policy, "root", "ci", KeyChanges(limits=None))
     key = admin.registry.find(hash_key(made.key))
     assert key is not None and key.limits is None and key.pools == ("large",)  # only what was given
     with pytest.raises(InvalidRequest) as info:
         await admin.update(policy, "root", "ci", KeyChanges(pools=("nope",)))
     assert info.value.param == "pools"
+
+
+async def test_limits_given_alone_keep_the_others(admin: KeyAdmin, policy: Policy) -> None:
+    limits = RateLimits(requests_per_minute=60)
+    await admin.create(policy, "root", KeySpec(tenant="team-a", name="ci", limits=limits))
+    changes = KeyChanges(limits=LimitChanges(tokens_per_minute=100_000))
+    updated = await admin.update(policy, "root", "ci", changes)
+    assert updated.limits == RateLimits(requests_per_minute=60, tokens_per_minute=100_000)
+    assert (await admin.audit(1))[0].changes == {"limits": {"tokens_per_minute": 100_000}}  # what was given
+    removed = await admin.update(
+        policy, "root", "ci", KeyChanges(limits=LimitChanges(requests_per_minute=None))
+    )
+    assert removed.limits == RateLimits(tokens_per_minute=100_000)
+
+
+async def test_a_revoked_key_is_not_changed(admin: KeyAdmin, policy: Policy) -> None:
+    await admin.create(policy, "root", KeySpec(tenant="team-a", name="ci"))
+    await admin.revoke(policy, "root", "ci")
+    with pytest.raises(Conflict) as info:
+        await admin.update(policy, "root", "ci", KeyChanges(expires_at=None))
+    assert info.value.code == "key_revoked"
+    assert (await admin.show(policy, "ci")).revision == 2 and (await admin.audit(1))[0].action == "revoke"
 
 
 async def test_a_rotated_key_keeps_its_old_secret_for_the_grace_period(

@@ -24,6 +24,13 @@ class SampleResult:
     """Per sequence, when asked: (logprob of the chosen token, [(id, logprob)] top-k)."""
 
 
+REPETITION_PENALTY_LIMIT = 1e30
+"""A repetition penalty is clamped into [1e-30, 1e30]: past it, float32 logits divided (multiplied) by it
+overflow to inf, and seen tokens tied at inf lose their order (greedy then takes the lowest id, some
+special token); within it, they keep it, and every seen token already beats (or loses to) every unseen
+one, as with any more extreme penalty."""
+
+
 class Sampler:
     # the logits are the model runner's inference tensors; penalties update them in place, which torch
     # allows only in inference mode (a float32 model's .float() is the same tensor, not a copy)
@@ -73,25 +80,37 @@ def apply_penalties(row: torch.Tensor, seq: Sequence) -> None:
     if p.repetition_penalty != 1.0:
         seen = torch.tensor(sorted(set(seq.token_ids)), device=row.device)
         vals = row[seen]
-        row[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+        penalty = min(max(p.repetition_penalty, 1 / REPETITION_PENALTY_LIMIT), REPETITION_PENALTY_LIMIT)
+        penalised = torch.where(vals > 0, vals / penalty, vals * penalty)
+        # a logit past float32's range anyway (whose softmax is NaN) stays finite, a grammar's -inf a ban
+        top = torch.finfo(row.dtype).max
+        penalised = penalised.nan_to_num(nan=0.0, posinf=top, neginf=-top)
+        row[seen] = torch.where(vals.isneginf(), vals, penalised)
     if (p.presence_penalty or p.frequency_penalty) and seq.num_output_tokens:
         out = torch.tensor(seq.output_token_ids, device=row.device)
         counts = torch.bincount(out, minlength=row.shape[0]).to(row.dtype)
         row -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(row.dtype)
-    if p.logit_bias:
-        ids = torch.tensor(list(p.logit_bias), device=row.device)
-        row[ids] += torch.tensor(list(p.logit_bias.values()), device=row.device, dtype=row.dtype)
+    # an id the model lacks is never sampled, so its bias is moot (the server refuses it with a 400); left
+    # in, it would fail the whole batch's step
+    bias = {t: b for t, b in p.logit_bias.items() if 0 <= t < row.shape[0]}
+    if bias:
+        ids = torch.tensor(list(bias), device=row.device)
+        row[ids] += torch.tensor(list(bias.values()), device=row.device, dtype=row.dtype)
 
 
 def masked_probs(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
-    """Softmax of logits / temperature with top-k, top-p and min-p applied, row by row semantics."""
+    """Softmax of logits / temperature with top-k, top-p and min-p applied, row by row semantics.
+
+    The rows share tensors, so one row's parameter must never fail them all: a top-k at or above the
+    vocabulary is no filter and is clamped in Python (a huge int would overflow the int64 tensor), and
+    each row is shifted by its max before the temperature divides it (a small temperature then sends the
+    unlikely tokens to -inf, never the likely one to inf, whose softmax is NaN)."""
     temps = torch.tensor([s.params.temperature for s in seqs], device=logits.device, dtype=logits.dtype)
-    logits = logits / temps.unsqueeze(1)
-    top_ks = [s.params.top_k for s in seqs]
-    if any(k > 0 for k in top_ks):
-        vocab = logits.shape[1]
-        ks = torch.tensor([k if k > 0 else vocab for k in top_ks], device=logits.device)
-        ks = ks.clamp(max=vocab)
+    logits = (logits - logits.max(dim=-1, keepdim=True).values) / temps.unsqueeze(1)
+    vocab = logits.shape[1]
+    top_ks = [s.params.top_k if 0 < s.params.top_k < vocab else vocab for s in seqs]
+    if any(k < vocab for k in top_ks):
+        ks = torch.tensor(top_ks, device=logits.device)
         sorted_desc = logits.sort(dim=-1, descending=True).values
         kth = sorted_desc.gather(1, (ks - 1).unsqueeze(1))
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from backends.engine.structured_output.spec import StructuredOutput
 
 MAX_LOGPROBS = 20
+GREEDY_TEMPERATURE = 1e-5
+"""Below this a temperature is greedy (vLLM's ``_SAMPLING_EPS``): dividing float32 logits by less overflows
+them to inf, and the softmax of inf is NaN."""
 
 
 @dataclass
@@ -16,10 +20,11 @@ class SamplingParams:
     n: int = 1
     """Completions per prompt; they share the prompt's KV blocks."""
     temperature: float = 1.0
-    """0 means greedy."""
+    """0 (or anything below ``GREEDY_TEMPERATURE``) means greedy."""
     top_p: float = 1.0
     top_k: int = -1
-    """-1 turns it off."""
+    """-1 turns it off; so does any k at or above the vocabulary's size (the sampler clamps it there, as
+    vLLM does), however large."""
     min_p: float = 0.0
     seed: int | None = None
     """Makes sampling reproducible whatever else is in the batch."""
@@ -31,6 +36,8 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    """HF's: seen tokens' positive logits divided by it, negative ones multiplied; any finite value > 0
+    (the sampler clamps it into [1e-30, 1e30], where float32 logits stay finite and in order)."""
     logprobs: int | None = None
     """None is off; k >= 0 returns the sampled token's logprob plus the top k."""
     logit_bias: dict[int, float] = field(default_factory=dict)
@@ -44,14 +51,14 @@ class SamplingParams:
             self.stop = [self.stop]
         checks: list[tuple[bool, str, str]] = [
             (self.n >= 1, "n", "must be >= 1"),
-            (self.temperature >= 0.0, "temperature", "must be >= 0"),
+            (0.0 <= self.temperature < math.inf, "temperature", "must be a finite number >= 0"),
             (0.0 < self.top_p <= 1.0, "top_p", "must be in (0, 1]"),
             (self.top_k == -1 or self.top_k >= 1, "top_k", "must be -1 (off) or >= 1"),
             (0.0 <= self.min_p <= 1.0, "min_p", "must be in [0, 1]"),
             (self.max_tokens is None or self.max_tokens >= 1, "max_tokens", "must be >= 1"),
             (-2.0 <= self.presence_penalty <= 2.0, "presence_penalty", "must be in [-2, 2]"),
             (-2.0 <= self.frequency_penalty <= 2.0, "frequency_penalty", "must be in [-2, 2]"),
-            (self.repetition_penalty > 0.0, "repetition_penalty", "must be > 0"),
+            (0.0 < self.repetition_penalty < math.inf, "repetition_penalty", "must be a finite number > 0"),
             (
                 self.logprobs is None or 0 <= self.logprobs <= MAX_LOGPROBS,
                 "logprobs",
@@ -71,7 +78,7 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0.0 or self.top_k == 1
+        return self.temperature < GREEDY_TEMPERATURE or self.top_k == 1
 
     @property
     def has_penalties(self) -> bool:

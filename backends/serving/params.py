@@ -89,13 +89,26 @@ def sampling_params(
 
 def _logit_bias(given: dict[str, float] | None) -> dict[int, float]:
     """OpenAI's ``logit_bias`` (token ids as JSON's string keys) with integer ids; a key that is not
-    a token id is a 400 naming the field."""
+    a token id is a 400 naming the field. Only ASCII digits spell one: ``str.isdigit`` also takes "²"
+    (which ``int`` refuses) and Arabic-Indic or fullwidth digits (which ``int`` reads as some other id)."""
     bias: dict[int, float] = {}
     for key, value in (given or {}).items():
-        if not key.isdigit():
+        token_id = _token_id(key)
+        if token_id is None:
             raise InvalidRequest(f"logit_bias: {key!r} is not a token id", param="logit_bias")
-        bias[int(key)] = float(value)
+        bias[token_id] = float(value)
     return bias
+
+
+def _token_id(key: str) -> int | None:
+    """The token id a ``logit_bias`` key spells in ASCII decimal digits; None for anything else (or one
+    too long for ``int`` to read: it would be outside any vocabulary anyway)."""
+    if not (key.isascii() and key.isdigit()):
+        return None
+    try:
+        return int(key)
+    except ValueError:  # past Python's int-from-string digit limit
+        return None
 
 
 def check_logit_bias(params: SamplingParams, vocab_size: int) -> None:

@@ -92,8 +92,11 @@ class _SamplingFields(msgspec.Struct, kw_only=True):
     """Token id (as a string, as JSON keys are) -> bias added to its logit."""
     # vLLM extras
     top_k: int | None = None
+    """Unbounded, as vLLM's: 0 and -1 are off, and so is any k at or above the vocabulary (however large:
+    the sampler clamps it); below -1 is a 400."""
     min_p: float | None = None
     repetition_penalty: float | None = None
+    """Any finite value > 0, as vLLM's (params.py refuses others with a 400 naming it)."""
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None
     priority: int = 0

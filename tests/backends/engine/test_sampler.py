@@ -10,8 +10,10 @@ import torch
 from backends.engine.sampler import Sampler, apply_penalties, masked_probs
 from backends.engine.sampling_params import SamplingParams
 from backends.engine.sequence import Sequence
+from tests.backends.engine.conftest import EngineFactory
 
 _ids = itertools.count()
+PROMPT = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120]
 
 
 def seq(
@@ -123,3 +125,75 @@ def test_logit_bias_bans_and_favours_tokens_of_its_row_only() -> None:
     assert out.token_ids == [[2], [1]]
     with pytest.raises(ValueError, match="logit_bias"):
         SamplingParams(logit_bias={1: 101.0}).validate()
+
+
+def test_a_huge_top_k_is_no_filter_and_fails_no_other_row() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(3, 50)
+    huge = seq(SamplingParams(top_k=2**64), seed=1)  # past int64: once an overflow that failed every row
+    rows = [seq(SamplingParams(temperature=0.7), seed=2), huge, seq(SamplingParams(top_k=2), seed=3)]
+    probs = masked_probs(logits, rows)
+    assert (probs[1] > 0).sum() == 50 and (probs[2] > 0).sum() == 2
+    assert torch.allclose(probs[1], logits[1].softmax(-1))  # at or above the vocabulary: no filter
+    out = Sampler()(logits.clone(), rows)
+    assert len(out.token_ids) == 3
+
+
+def test_a_huge_top_k_request_and_its_batch_mate_both_finish(make_engine: EngineFactory) -> None:
+    engine = make_engine()
+    story = SamplingParams(temperature=0.7, max_tokens=12, ignore_eos=True, seed=1)
+    huge = SamplingParams(temperature=1.0, top_k=18446744073709551616, max_tokens=4, ignore_eos=True)
+    outs = engine.generate([PROMPT, PROMPT[:5]], [story, huge])
+    assert [o.outputs[0].finish_reason for o in outs] == ["length", "length"]
+    assert [len(o.outputs[0].token_ids) for o in outs] == [12, 4]
+
+
+def test_a_temperature_below_the_epsilon_is_greedy(make_engine: EngineFactory) -> None:
+    assert SamplingParams(temperature=1e-39).is_greedy and not SamplingParams(temperature=1e-5).is_greedy
+    engine = make_engine()
+    greedy = engine.generate([PROMPT], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))[0]
+    tiny = engine.generate([PROMPT], SamplingParams(temperature=1e-39, max_tokens=8, ignore_eos=True))[0]
+    assert tiny.outputs[0].token_ids == greedy.outputs[0].token_ids
+
+
+def test_the_smallest_sampled_temperature_gives_finite_probabilities() -> None:
+    logits = torch.tensor([[300.0, 299.9, -300.0, float("-inf")]])  # -inf: a grammar's ban
+    probs = masked_probs(logits, [seq(SamplingParams(temperature=1e-5))])
+    assert not probs.isnan().any() and probs[0].tolist() == [1.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("penalty", [1e-40, 1e-46, 1e-300, 1e300])
+def test_an_extreme_repetition_penalty_never_gives_nan(penalty: float) -> None:
+    row = torch.tensor([2.0, 0.0, -2.0, float("-inf"), 1.0])
+    apply_penalties(row, seq(SamplingParams(repetition_penalty=penalty), tokens=[0, 1, 2, 3]))
+    assert not row.isnan().any() and row[3] == float("-inf")  # a grammar's ban stays one
+    for temperature in (1e-5, 0.7, 2.0):
+        probs = masked_probs(row.unsqueeze(0), [seq(SamplingParams(temperature=temperature))])
+        assert probs.isfinite().all() and probs.sum() > 0
+    out = Sampler()(row.unsqueeze(0).clone(), [seq(SamplingParams(temperature=0))])
+    assert out.token_ids == [[0 if penalty < 1 else 4]]  # tiny: the seen token wins; huge: it is shunned
+
+
+def test_a_tiny_repetition_penalty_keeps_the_seen_tokens_in_order() -> None:
+    row = torch.tensor([1.0, 2.0, 5.0])
+    apply_penalties(row, seq(SamplingParams(repetition_penalty=1e-40), tokens=[0, 1]))
+    assert row.isfinite().all() and row[1] > row[0] > row[2]  # not tied at inf: argmax would take token 0
+    out = Sampler()(row.unsqueeze(0).clone(), [seq(SamplingParams(temperature=0))])
+    assert out.token_ids == [[1]]
+
+
+def test_validate_refuses_non_finite_temperature_and_repetition_penalty() -> None:
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=float("inf")).validate()
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        SamplingParams(repetition_penalty=float("inf")).validate()
+    with pytest.raises(ValueError, match="top_k"):
+        SamplingParams(top_k=-2).validate()
+    SamplingParams(top_k=2**64, repetition_penalty=1e-40, temperature=1e-39).validate()
+
+
+def test_a_logit_bias_outside_the_vocabulary_fails_no_row() -> None:
+    logits = torch.tensor([[0.1, 3.0, 0.2], [0.1, 3.0, 0.2]])
+    biased = seq(SamplingParams(temperature=0, logit_bias={2: 5.0, 3: 1.0, 2**64: 1.0}))
+    out = Sampler()(logits, [biased, seq(SamplingParams(temperature=0))])
+    assert out.token_ids == [[2], [1]]

@@ -107,3 +107,31 @@ def test_logit_bias_out_of_the_vocabulary_is_a_400_naming_it(base_url: str) -> N
     )
     refused = post(base_url, "/v1/chat/completions", chat(logit_bias={"999": 5}))
     assert_error(refused, 400, param="logit_bias")
+
+
+@pytest.mark.parametrize("key", ["\u00b2", "\u0661\u0662", "\uff11\uff12", "1" * 5000, "+5", " 5"])
+def test_a_logit_bias_key_not_in_ascii_digits_is_a_400_naming_it(base_url: str, key: str) -> None:
+    # superscript two passes str.isdigit but not int() (once a 500); int() reads Arabic-Indic and
+    # fullwidth 12 as token 12; a digit string past int()'s limit is no token id either
+    refused = post(base_url, "/v1/chat/completions", chat(max_tokens=4, logit_bias={key: 5}))
+    assert_error(refused, 400, param="logit_bias")
+
+
+def test_a_huge_top_k_is_no_filter_and_a_negative_one_is_named(base_url: str, fake: FakeAsyncEngine) -> None:
+    response = post(base_url, "/v1/chat/completions", chat(max_tokens=4, top_k=18446744073709551616))
+    assert response.status_code == 200, response.text
+    assert fake.calls[-1]["params"].top_k == 2**64  # the sampler clamps it to the vocabulary: no filter
+    assert_error(post(base_url, "/v1/chat/completions", chat(top_k=-2)), 400, param="top_k")
+
+
+def test_a_tiny_temperature_is_greedy_and_a_non_finite_penalty_is_named(
+    base_url: str, fake: FakeAsyncEngine
+) -> None:
+    response = post(base_url, "/v1/chat/completions", chat(max_tokens=4, temperature=1e-39))
+    assert response.status_code == 200, response.text
+    assert fake.calls[-1]["params"].is_greedy
+    tiny = post(base_url, "/v1/chat/completions", chat(max_tokens=4, repetition_penalty=1e-40))
+    assert tiny.status_code == 200, tiny.text
+    for value in ("1e999", "0", "-1"):
+        body = f'{{"messages": [{{"role": "user", "content": "hi"}}], "repetition_penalty": {value}}}'
+        assert_error(post(base_url, "/v1/chat/completions", body), 400, param="repetition_penalty")

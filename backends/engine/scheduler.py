@@ -57,8 +57,7 @@ class ScheduledSeq:
 
     @property
     def num_sample_rows(self) -> int:
-        """Logit rows this item samples from: one per proposed token plus one (none before the last
-        chunk)."""
+        """Logit rows this item samples from: one per proposed token plus one (none before the last chunk)."""
         return 1 + len(self.spec_token_ids) if self.is_last_chunk else 0
 
 
@@ -134,11 +133,6 @@ class Scheduler:
             self.forks[seq.seq_id] = forks
         bisect.insort(self.waiting, seq, key=lambda s: s.sort_key)
 
-    def add_running(self, seq: Sequence) -> None:
-        """Admit a sequence that already holds blocks (a forked completion)."""
-        seq.status = SequenceStatus.RUNNING
-        bisect.insort(self.running, seq, key=lambda s: s.sort_key)
-
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
@@ -150,10 +144,7 @@ class Scheduler:
         """End seq (any state) and free its blocks at once."""
         if seq.is_finished:
             return
-        if seq.status is SequenceStatus.RUNNING:
-            self.running.remove(seq)
-        else:
-            self.waiting.remove(seq)
+        (self.running if seq.status is SequenceStatus.RUNNING else self.waiting).remove(seq)
         self.block_manager.free(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
@@ -250,12 +241,23 @@ class Scheduler:
                 self.finish(seq, "length")
                 out.finished.append(seq)
                 continue
-            computed = bm.get_computed_blocks(seq)
-            num_new = self.background.grant(seq, self._chunk(seq, len(computed) * bm.block_size, budget))
-            if num_new == 0 or not bm.can_allocate(seq, computed, num_new):
+            forked = seq.num_computed_tokens > 0  # a fork: it holds its share of the parent's prompt blocks
+            computed = [] if forked else bm.get_computed_blocks(seq)
+            start = seq.num_computed_tokens or len(computed) * bm.block_size
+            num_new = self.background.grant(seq, self._chunk(seq, start, budget))
+            if num_new == 0:
                 break
+            if not (bm.can_append(seq, num_new) if forked else bm.can_allocate(seq, computed, num_new)):
+                if self.running or not (forks := [s for s in self.waiting if s.num_computed_tokens > 0]):
+                    break
+                for fork in forks:  # nothing runs that would free blocks: waiting forks give theirs back
+                    bm.free(fork)
+                continue
             self.waiting.pop(0)
-            bm.allocate(seq, computed, num_new)
+            if forked:
+                bm.append_slots(seq, num_new)
+            else:
+                bm.allocate(seq, computed, num_new)
             prompt_class = seq.priority  # (never worse than before: waiting is in class order)
             seq.status = SequenceStatus.RUNNING
             bisect.insort(self.running, seq, key=lambda s: s.sort_key)
@@ -345,10 +347,11 @@ class Scheduler:
         self.block_manager.free_out_of_window(seq)  # no-op unless a window frees a pool
 
     def _fork(self, parent: Sequence) -> None:
-        """Children share the parent's full prompt blocks and compute only the tail."""
+        """Children share the parent's full prompt blocks and compute only the tail. They start as waiting
+        sequences do, so each counts toward ``max_num_seqs`` (as each of vLLM's n child requests does)."""
         for child in self.forks.pop(parent.seq_id, ()):
             self.block_manager.fork(parent, child)
-            self.add_running(child)
+            self.add(child)
 
     def _append_token(
         self, seq: Sequence, token: int, lp: tuple[float, list[tuple[int, float]]] | None

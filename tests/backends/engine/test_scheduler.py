@@ -369,10 +369,17 @@ def test_forks_join_once_the_parent_samples_and_share_its_prompt_blocks() -> Non
     parent, *children = (text_seq("abcdefghi", params, index=i) for i in range(3))
     sched.add(parent, forks=children)
     assert run_step(sched, [ord("x")]) == [parent]
-    assert sched.running == [parent, *children]
+    assert sched.running == [parent] and sched.waiting == children  # they start as waiting ones do
     assert all(c.block_table[:2] == parent.block_table[:2] for c in children)
     assert all(c.num_computed_tokens == 8 for c in children)  # only the tail is left to compute
     sched.block_manager.check_invariants(sched.live_seqs)
+    out = sched.schedule()
+    assert sched.running == [parent, *children]
+    assert [(i.seq, i.num_new_tokens) for i in out.scheduled] == [
+        (parent, 1),
+        (children[0], 1),
+        (children[1], 1),
+    ]
 
 
 def test_a_parent_that_ends_before_forking_ends_its_children() -> None:

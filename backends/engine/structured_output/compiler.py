@@ -13,18 +13,26 @@ import json
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import xgrammar as xgr
 
 from backends.engine.structured_output.errors import GrammarError
+from backends.engine.structured_output.schema_support import UnsupportedSchemaError, check_enforceable
 from backends.engine.structured_output.spec import StructuredOutput
 
 if TYPE_CHECKING:
     from backends.engine.tokenizer import Tokenizer
 
-__all__ = ["GrammarCompiler", "GrammarCompilerConfig", "build_tokenizer_info", "json_schema_grammar"]
+__all__ = [
+    "GrammarCompiler",
+    "GrammarCompilerConfig",
+    "build_tokenizer_info",
+    "json_schema_grammar",
+    "tag_schemas",
+]
 
 _XGRAMMAR_PREFIX = re.compile(r"^\[[\d:]+\] \S+:\d+: (Check failed: \(.*?\) is false: )?")
 """xgrammar's C++ errors start with a time, a source file and a failed check: not the user's business."""
@@ -98,6 +106,8 @@ class GrammarCompiler:
         kind = _kind_of(spec)
         try:
             return self._compile_kind(spec)
+        except UnsupportedSchemaError as exc:  # valid, but the grammar would let a violation through
+            raise GrammarError(f"unsupported JSON Schema: {exc}", kind=kind) from None
         except (RuntimeError, ValueError, TypeError, xgr.InvalidJSONError) as exc:
             raise GrammarError(f"invalid {kind.replace('_', ' ')}: {_clean(exc)}", kind=kind) from None
 
@@ -107,6 +117,7 @@ class GrammarCompiler:
             schema = json.loads(spec.json_schema)  # a JSONDecodeError is a ValueError: said plainly
             if not isinstance(schema, dict | bool):
                 raise ValueError("a JSON Schema is an object or a boolean")
+            check_enforceable(schema)
             return compiler.compile_grammar(json_schema_grammar(spec.json_schema, ws))
         if spec.json_object:
             return compiler.compile_grammar(json_schema_grammar('{"type": "object"}', ws))
@@ -120,6 +131,8 @@ class GrammarCompiler:
         if spec.grammar is not None:
             return compiler.compile_grammar(spec.grammar)
         assert spec.structural_tag is not None
+        for schema in tag_schemas(spec.structural_tag):
+            check_enforceable(schema)
         return compiler.compile_structural_tag(spec.structural_tag)
 
 
@@ -130,6 +143,27 @@ def json_schema_grammar(schema: str, max_whitespace: int | None) -> str:
     for loose in _LOOSE_STRING_CHARS:
         text = text.replace(loose, _STRICT_STRING_CHAR)
     return text
+
+
+def tag_schemas(structural_tag: str) -> Iterator[Any]:
+    """The JSON Schemas inside a structural tag (each ``json_schema`` format, and each legacy
+    ``structures`` entry's ``schema``), found without recursion: forced tool calls' arguments must be
+    as enforceable as a ``response_format`` schema. A tag that is not JSON has none (xgrammar says why)."""
+    try:
+        stack: list[Any] = [json.loads(structural_tag)]
+    except ValueError:
+        return
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("type") == "json_schema" and "json_schema" in node:
+                yield node["json_schema"]
+            elif {"begin", "schema", "end"} <= node.keys():
+                yield node["schema"]
+            else:
+                stack.extend(value for value in node.values() if isinstance(value, dict | list))
 
 
 def build_tokenizer_info(tokenizer: Tokenizer, vocab_size: int) -> xgr.TokenizerInfo:

@@ -16,6 +16,7 @@ from backends.engine.structured_output.compiler import (
     GrammarCompilerConfig,
     build_tokenizer_info,
     json_schema_grammar,
+    tag_schemas,
 )
 from backends.engine.structured_output.errors import GrammarError
 from backends.engine.tokenizer import Tokenizer
@@ -134,6 +135,12 @@ def test_the_cache_is_bounded(tokenizer: Tokenizer) -> None:
         (StructuredOutput(choice=()), "choice", "non-empty"),
         (StructuredOutput(grammar="root ::= undefined_rule"), "grammar", "undefined_rule"),
         (StructuredOutput(structural_tag='{"type": "nope"}'), "structural_tag", "structural tag"),
+        (StructuredOutput(json_schema='{"type": "string", "not": {"const": "a"}}'), "json_schema", "`not`"),
+        (
+            StructuredOutput(structural_tag=json.dumps(TAG).replace('"type": "object"', '"not": {}')),
+            "structural_tag",
+            "unsupported JSON Schema: `not`",
+        ),
     ],
 )
 def test_bad_constraints_are_grammar_errors(
@@ -146,3 +153,11 @@ def test_bad_constraints_are_grammar_errors(
     message = str(info.value)
     assert words.lower() in message.lower() and ".cc:" not in message and "Check failed" not in message
     assert compiler.num_compiled == before  # never cached
+
+
+def test_a_tags_schemas_are_found_for_checking() -> None:
+    """Forced tool calls' argument schemas pass the same enforceability check as ``response_format``."""
+    assert list(tag_schemas(json.dumps(TAG))) == [SCHEMAS["weather_query"]]
+    legacy = {"structures": [{"begin": "<a>", "schema": {"type": "integer"}, "end": "</a>"}], "triggers": []}
+    assert list(tag_schemas(json.dumps(legacy))) == [{"type": "integer"}]
+    assert list(tag_schemas("{not json")) == []

@@ -5,7 +5,9 @@
     ├── ModelLoadError      weights, config or tokenizer could not be read
     └── EngineDeadError     the background step thread died; every request fails
 
-Bad request input raises the built-in ``ValueError`` (HTTP 400 upstream), naming the field.
+Bad request input raises the built-in ``ValueError`` (HTTP 400 upstream), naming the field;
+``PromptTooLong``, one of them, is a prompt the context or the whole KV cache cannot hold (400
+``context_length_exceeded``).
 """
 
 from __future__ import annotations
@@ -25,3 +27,7 @@ class ModelLoadError(EngineError):
 
 class EngineDeadError(EngineError):
     """The engine's step loop failed; the message carries the original error."""
+
+
+class PromptTooLong(ValueError):
+    """The prompt does not fit the model's context, or the whole KV cache, with one generated token."""

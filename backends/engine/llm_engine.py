@@ -19,7 +19,7 @@ from backends.engine.config import MAX_DEFAULT_MODEL_LEN, EngineConfig
 from backends.engine.cpu_allocator import keep_freed_memory
 from backends.engine.cuda_graphs import GraphCapturer, graph_config
 from backends.engine.detokenizer import IncrementalDetokenizer
-from backends.engine.errors import EngineDeadError
+from backends.engine.errors import EngineDeadError, PromptTooLong
 from backends.engine.kv_events.publisher import build_publisher
 from backends.engine.kv_groups import KVBlocks, build_kv_blocks
 from backends.engine.kv_sizing import plan_kv_cache
@@ -194,13 +194,13 @@ class LLMEngine:
         if not ids:
             raise ValueError("prompt is empty")
         if len(ids) >= self.max_model_len:
-            raise ValueError(
+            raise PromptTooLong(
                 f"prompt has {len(ids)} tokens; this model's maximum context is {self.max_model_len} "
                 "tokens including at least one generated token"
             )
         capacity = self.block_manager.num_token_slots
         if len(ids) + 1 > capacity:
-            raise ValueError(f"prompt has {len(ids)} tokens but the whole KV cache holds {capacity}")
+            raise PromptTooLong(f"prompt has {len(ids)} tokens but the whole KV cache holds {capacity}")
         return ids
 
     def add_request(

@@ -16,11 +16,18 @@ from typing import Any, TypeVar
 
 import anyio
 
-from backends.engine.errors import EngineDeadError, QueueFullError
+from backends.engine.errors import EngineDeadError, PromptTooLong, QueueFullError
 from backends.engine.outputs import RequestOutput
 from backends.engine.sampling_params import SamplingParams
 from backends.serving.engine_client import AsyncEngineLike
-from backends.serving.errors import ClientDisconnected, EngineFailed, InvalidRequest, NotReady, QueueFull
+from backends.serving.errors import (
+    ClientDisconnected,
+    ContextLengthExceeded,
+    EngineFailed,
+    InvalidRequest,
+    NotReady,
+    QueueFull,
+)
 from backends.serving.metrics import ModelMetrics
 from backends.serving.tracing import RequestTrace
 
@@ -80,6 +87,8 @@ class Generation:
             raise QueueFull() from exc
         except EngineDeadError as exc:
             raise NotReady(f"The engine is not running: {exc}") from exc
+        except PromptTooLong as exc:  # past the checks on the context: the whole KV cache is smaller
+            raise ContextLengthExceeded(f"This server cannot hold the request: {exc}.") from exc
         except ValueError as exc:
             raise InvalidRequest(str(exc)) from exc
         except StopAsyncIteration as exc:

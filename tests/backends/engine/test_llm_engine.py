@@ -8,6 +8,7 @@ import time
 import pytest
 
 from backends.engine.background import BackgroundLimits
+from backends.engine.errors import PromptTooLong
 from backends.engine.sampling_params import SamplingParams
 from tests.backends.engine.conftest import EngineFactory
 from tests.backends.engine.tiny import EOS_ID
@@ -110,7 +111,7 @@ def test_abort_frees_everything_at_once(make_engine: EngineFactory) -> None:
 
 def test_bad_requests_raise_value_error(make_engine: EngineFactory) -> None:
     engine = make_engine(max_model_len=64)
-    with pytest.raises(ValueError, match="maximum context"):
+    with pytest.raises(PromptTooLong, match="maximum context"):
         engine.add_request("long", [1] * 64, SamplingParams())
     with pytest.raises(ValueError, match="empty"):
         engine.add_request("empty", [], SamplingParams())
@@ -126,7 +127,9 @@ def test_bad_requests_raise_value_error(make_engine: EngineFactory) -> None:
 
 def test_prompt_bigger_than_the_pool_is_rejected(make_engine: EngineFactory) -> None:
     engine = make_engine(kv_cache_bytes=4 * 8192)  # four blocks: 64 tokens
-    with pytest.raises(ValueError, match="KV cache"):
+    with pytest.raises(
+        PromptTooLong, match="KV cache"
+    ):  # a ValueError: the server's 400 context_length_exceeded
         engine.add_request("big", [1] * 100, SamplingParams())
 
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.engine.errors import QueueFullError
+from backends.engine.errors import PromptTooLong, QueueFullError
 from backends.engine.outputs import CompletionOutput, Logprob, RequestOutput
 from backends.engine.sampling_params import SamplingParams
 from backends.engine.stats import EngineStats
@@ -67,6 +67,8 @@ class FakeAsyncEngine:
         self.engine = FakeCore()
         self.max_waiting = max_waiting
         self.step_s = step_s
+        self.kv_capacity_tokens = 1 << 30
+        """Tokens the whole KV cache holds: a prompt past it is ``PromptTooLong``, as in the engine."""
         self.reply = reply.encode()
         self.num_blocks_total = 64
         self.running: set[str] = set()
@@ -127,6 +129,10 @@ class FakeAsyncEngine:
         ids = self.engine.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if len(ids) >= self.engine.max_model_len:
             raise ValueError("prompt too long")
+        if len(ids) + 1 > self.kv_capacity_tokens:
+            raise PromptTooLong(
+                f"prompt has {len(ids)} tokens but the whole KV cache holds {self.kv_capacity_tokens}"
+            )
         self.calls.append({"request_id": request_id, "prompt": ids, "params": params,
                            "cache_salt": cache_salt, "priority": priority})  # fmt: skip
         self.waiting.add(request_id)

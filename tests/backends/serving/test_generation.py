@@ -1,5 +1,5 @@
-"""One engine request as the server drives it: a full queue is a 429, a client that hangs up aborts
-its request (streamed or not)."""
+"""One engine request as the server drives it: a full queue is a 429, a prompt the KV cache cannot hold
+is context_length_exceeded, a client that hangs up aborts its request (streamed or not)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,21 @@ def test_full_queue_is_429(client: openai.OpenAI, fake: FakeAsyncEngine) -> None
         fake.release()
         waiting.join(timeout=10)
     assert not waiting.is_alive()
+
+
+def test_a_prompt_bigger_than_the_kv_cache_is_context_length_exceeded(
+    client: openai.OpenAI, fake: FakeAsyncEngine
+) -> None:
+    """Shorter than the model's context but past what the whole cache holds: the OpenAI code for a
+    prompt too long, not a bare invalid_value."""
+    fake.kv_capacity_tokens = 8
+    try:
+        with pytest.raises(openai.BadRequestError) as info:
+            client.completions.create(model=MODEL, prompt="a prompt of more than eight tokens", max_tokens=2)
+    finally:
+        fake.kv_capacity_tokens = 1 << 30
+    assert info.value.code == "context_length_exceeded"
+    assert "KV cache holds 8" in info.value.message
 
 
 def test_stream_disconnect_aborts(base_url: str, fake: FakeAsyncEngine) -> None:

@@ -153,8 +153,8 @@ class UpstreamProtocolError(UpstreamError):
 class UpstreamStatusError(UpstreamError):
     """A 4xx the upstream gave; relayed with the upstream's own status and body."""
 
-    def __init__(self, status: int, body: bytes, message: str) -> None:
-        super().__init__(message, code="upstream_status")
+    def __init__(self, status: int, body: bytes, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message, code="upstream_status", headers=headers)
         self.upstream_status = status
         self.upstream_body = body
 

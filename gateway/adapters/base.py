@@ -59,6 +59,9 @@ class NativeResponse(Protocol):
     status: int
     content_type: str
 
+    @property
+    def retry_after(self) -> str | None: ...
+
     async def read(self) -> bytes: ...
 
     def chunks(self, idle_s: float, *, first_s: float | None = None) -> AsyncIterator[bytes]: ...
@@ -117,6 +120,10 @@ class TranslatedResponse:
         self.status = native.status
         is_stream = exchange.stream and native.status == 200
         self.content_type = "text/event-stream" if is_stream else "application/json"
+
+    @property
+    def retry_after(self) -> str | None:
+        return self._native.retry_after
 
     async def read(self) -> bytes:
         payload = await self._native.read()

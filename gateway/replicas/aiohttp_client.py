@@ -46,6 +46,10 @@ class AiohttpUpstreamResponse:
         self.status = response.status
         self.content_type = response.headers.get("Content-Type", "")
 
+    @property
+    def retry_after(self) -> str | None:
+        return self._response.headers.get("Retry-After")
+
     async def read(self) -> bytes:
         with map_client_errors(self.what):
             return await self._response.read()

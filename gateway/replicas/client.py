@@ -23,6 +23,11 @@ class UpstreamResponse(Protocol):
     status: int
     content_type: str
 
+    @property
+    def retry_after(self) -> str | None:
+        """The ``Retry-After`` header, if any (read for a 429 or 503, relayed to the client)."""
+        ...
+
     async def read(self) -> bytes:
         """The whole body."""
         ...

@@ -29,6 +29,14 @@ class Http1Response:
         """The headers as they came, names and values in bytes."""
 
     @property
+    def retry_after(self) -> str | None:
+        """The ``Retry-After`` header (looked up only for an error: nothing on the success path)."""
+        for name, value in self.raw_headers:
+            if name.lower() == b"retry-after":
+                return value.decode("latin-1")
+        return None
+
+    @property
     def headers(self) -> dict[str, str]:
         """The headers by lower-cased name (the last of a repeated one); built on each call."""
         return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self.raw_headers}

@@ -49,11 +49,13 @@ class Reply:
     parts: tuple[bytes | BaseException, ...] | None = None
     """A streamed body, one network read a part; an exception part is raised when the reader gets there."""
     content_type: str = "application/json"
+    retry_after: str | None = None
+    """The ``Retry-After`` header it sends."""
 
     @classmethod
-    def json(cls, document: Any, *, status: int = 200) -> Reply:
+    def json(cls, document: Any, *, status: int = 200, retry_after: str | None = None) -> Reply:
         """A JSON body."""
-        return cls(status, msgspec.json.encode(document))
+        return cls(status, msgspec.json.encode(document), retry_after=retry_after)
 
     @classmethod
     def sse(cls, *events: Any, done: bool = True, status: int = 200) -> Reply:
@@ -99,6 +101,7 @@ class MemoryUpstreamResponse:
         self.what = what
         self.status = reply.status
         self.content_type = reply.content_type
+        self.retry_after = reply.retry_after
         self.is_released = False
         self.is_closed = False
         self.idle_s: float | None = None

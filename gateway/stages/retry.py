@@ -3,8 +3,9 @@
 A connect error (a connect timeout included), a 5xx, a malformed answer or an upstream 429 is
 retried on another replica of the pool (or the same one when it is the only one), with jittered
 exponential backoff, while attempts remain and the request's deadline (``total_s`` from its
-arrival) allows. Nothing is retried once bytes have reached the client: a stream that fails later
-ends with an error event.
+arrival) allows. A replica that answered 429 asked for time: this request does not go back to it,
+and when every replica has, the client gets the last 429 with its ``Retry-After``. Nothing is
+retried once bytes have reached the client: a stream that fails later ends with an error event.
 
 A timeout of a request the replica accepted is retried only with the policy's ``retry.on_timeout``:
 a replica too slow to answer is usually busy, and a second replica would do the same long work
@@ -90,6 +91,7 @@ class CallWithRetries:
         policy = call.policy.retry
         deadline = call.deadline
         tried: list[ReplicaState] = []
+        limited: list[ReplicaState] = []  # answered 429: not asked again by this request
         last_error: UpstreamError | UpstreamTimeout | None = None
         while True:
             call.attempts += 1
@@ -99,7 +101,7 @@ class CallWithRetries:
                 if last_error is None:
                     raise
                 try:
-                    await self.pick(call)  # every replica was tried: the best one again
+                    await self.pick(call, tuple(limited))  # every replica was tried: the best one again
                 except ServiceUnavailable:
                     raise last_error from None  # none left at all: the real failure, not "none healthy"
             try:
@@ -113,6 +115,8 @@ class CallWithRetries:
                 if not retryable or call.attempts >= policy.max_attempts:
                     raise
                 tried.append(call.replica)
+                if isinstance(error, UpstreamStatusError):
+                    limited.append(call.replica)
                 backoff = min(policy.max_backoff_s, policy.backoff_s * 2 ** (call.attempts - 1))
                 backoff *= self.rng.uniform(0.5, 1.5)
                 if self.clock() + backoff >= deadline:

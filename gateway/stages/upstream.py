@@ -33,6 +33,7 @@ policy's, never an earlier one (engines run lower values first).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator
 
@@ -71,6 +72,10 @@ def _output_messages(payload: bytes) -> list[object]:
     if not isinstance(choices, list):
         return []
     return [c.get("message") or c.get("text") for c in choices if isinstance(c, dict)]
+
+
+_RETRY_AFTER = re.compile(r"[0-9]{1,9}|[A-Za-z]{3}, [0-9]{2} [A-Za-z]{3} [0-9]{4} [0-9:]{8} GMT")
+"""What of an upstream's ``Retry-After`` is relayed: seconds, or an HTTP date."""
 
 
 def _relayable_error(status: int, body: bytes, served: str = "", asked: str = "") -> UpstreamStatusError:
@@ -240,7 +245,11 @@ class CallUpstream:
         response.release()
         if response.status >= 500:
             raise UpstreamError(f"Upstream {state.label} answered HTTP {response.status}.")
-        raise _relayable_error(response.status, payload, served, asked)
+        error = _relayable_error(response.status, payload, served, asked)
+        retry_after = response.retry_after
+        if retry_after is not None and _RETRY_AFTER.fullmatch(retry_after):
+            error.headers["Retry-After"] = retry_after  # a 429's wait, for the client's own backoff
+        raise error
 
     @staticmethod
     async def _first_events(chunks: AsyncIterator[bytes], relay: SSERelay) -> bytes:

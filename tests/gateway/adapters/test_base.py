@@ -21,6 +21,7 @@ class _Native:
         self.content_type = "application/x-native"
         self._chunks = chunks
         self.closed = self.released = False
+        self.retry_after: str | None = None
 
     async def read(self) -> bytes:
         return b"".join(self._chunks)

@@ -142,6 +142,27 @@ async def test_a_lone_replica_is_tried_again() -> None:
     assert replicas.hosts == ["small-0", "small-0"] and call.attempts == 2
 
 
+async def test_a_replica_that_answered_429_is_not_asked_again_and_its_retry_after_is_relayed() -> None:
+    """It asked for seven seconds: the other replica is tried, then the client hears the wait."""
+    call = _call(max_attempts=3)
+    limited = Reply.json({"error": {"message": "slow down"}}, status=429, retry_after="7")
+    replicas = Replicas(limited)
+    stage, _, _ = _stage(call, replicas)
+    with pytest.raises(UpstreamStatusError) as raised:
+        await stage(call)
+    assert sorted(replicas.hosts) == ["small-0", "small-1"]  # not a third attempt on either
+    assert raised.value.upstream_status == 429 and raised.value.headers == {"Retry-After": "7"}
+
+
+async def test_a_lone_replica_that_answered_429_is_not_asked_again() -> None:
+    call = build_call(compile_doc(policy_doc(retry={"backoff_s": 0})))
+    replicas = Replicas(Reply.json({"error": {"message": "slow down"}}, status=429), OK)
+    stage, _, _ = _stage(call, replicas)
+    with pytest.raises(UpstreamStatusError):
+        await stage(call)
+    assert replicas.hosts == ["small-0"]
+
+
 def _errors(metrics: Metrics) -> dict[str, float]:
     return {
         sample.labels["kind"]: sample.value

@@ -57,6 +57,20 @@ def test_a_failed_attempt_is_retried_on_another_replica(
         gateway.stop()
 
 
+def test_replicas_that_answered_429_are_not_asked_again_and_the_client_hears_retry_after(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    gateway = _gateway(tmp_path, upstream, ["ratelimited"] * 2, {"max_attempts": 5, "backoff_s": 0.001})
+    try:
+        since = len(upstream.requests)
+        response = httpx.post(gateway.url + "/v1/chat/completions", json={"model": "mixed", **ASK})
+        assert response.status_code == 429 and response.headers["retry-after"] == "1"
+        assert response.json()["error"]["code"] == "rate_limit_exceeded"  # the upstream's own body
+        assert _count(upstream, since, "ratelimited") == 2  # each replica once, not five attempts
+    finally:
+        gateway.stop()
+
+
 def test_attempts_are_bounded(tmp_path: Path, upstream: FakeUpstream) -> None:
     gateway = _gateway(tmp_path, upstream, ["fail-500"] * 3, {"max_attempts": 2, "backoff_s": 0.001})
     try:

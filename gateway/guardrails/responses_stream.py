@@ -11,8 +11,10 @@ the item's ``.done``, ``response.completed``, ``response.failed``, ``response.in
 ``error``; else ``[DONE]`` or the end of the stream) is preceded by one more delta event of that part
 with what was carried. That event takes the ``sequence_number`` the ending event had, and every later
 event's number moves up by one for each event put in, so the numbers stay strictly increasing; a
-stream without numbers gets none. Complete texts (a ``.done`` event's ``text``, the parts and output
-of ``response.completed``) and the deltas of other events are checked whole, event by event.
+stream without numbers gets none. Complete texts (a ``.done`` event's ``text`` or ``refusal``, the
+parts and output of ``response.completed``, a reasoning summary's) and the deltas of other events
+are checked whole, event by event. Every ``logprobs`` is emptied: its token strings would spell out
+the text before the checks (and the carried tail before it goes out).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from gateway.guardrails.texts import drop_logprobs
 
 CARRIED = frozenset(
     {
@@ -30,6 +34,7 @@ CARRIED = frozenset(
     }
 )
 """The delta events whose text carries over from one event to the next."""
+_TEXT_KEYS = frozenset({"delta", "text", "refusal"})
 _IDS = ("item_id", "output_index", "content_index", "summary_index")
 _LAST = frozenset({"response.completed", "response.failed", "response.incomplete", "error"})
 Hold = Callable[[str], tuple[str, int]]
@@ -75,6 +80,7 @@ class TypedCarry:
         before: list[dict[str, Any]] = []
         if kind in CARRIED and isinstance(document.get("delta"), str):
             changed = self._delta(str(kind), document)
+            changed = drop_logprobs(document) or changed
         else:
             ended = [self.parts.pop(key) for key in self._ended(document)]
             before = [part.event(self.check(part.text), None) for part in ended]
@@ -117,7 +123,7 @@ class TypedCarry:
         """The parts ``document`` ends: all of them for the last event or an error; for a ``.done``
         event, those whose ids it names (an item's ``.done`` names the item's ``id`` in ``item``)."""
         kind = document.get("type")
-        if kind in _LAST or "error" in document:
+        if kind in _LAST or document.get("error") is not None:
             return list(self.parts)
         if not isinstance(kind, str) or not kind.endswith(".done"):
             return []
@@ -144,14 +150,17 @@ class TypedCarry:
 
 
 def check_strings(document: Any, check: Check) -> bool:
-    """Checks every ``delta`` and ``text`` string of ``document`` in place; True when one changed."""
+    """Checks every ``delta``, ``text`` and ``refusal`` string of ``document`` in place, and drops
+    every ``logprobs`` (their tokens spell the unchecked text); True when one changed."""
     changed = False
     if isinstance(document, dict):
         for key, value in document.items():
-            if key in ("delta", "text") and isinstance(value, str) and value:
+            if key in _TEXT_KEYS and isinstance(value, str) and value:
                 ready = check(value)
                 if ready != value:
                     document[key], changed = ready, True
+            elif key == "logprobs":
+                changed = drop_logprobs(document) or changed
             elif isinstance(value, dict | list):
                 changed = check_strings(value, check) or changed
     elif isinstance(document, list):

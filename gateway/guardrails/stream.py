@@ -9,9 +9,15 @@ when none comes, one made for it before ``[DONE]``) carries what is left. A ``bl
 stream with an OpenAI-shaped error event and ``[DONE]``; the rest of the upstream's events are
 dropped.
 
-Chat and completion chunks carry over per choice; the Responses API's typed events per content part
+Chat and completion chunks carry over per choice and field (``content``, ``refusal``,
+``reasoning_content``, ``reasoning``: one field's tail goes out when its choice's delta brings another
+field, or finishes); the Responses API's typed events per content part
 (``gateway.guardrails.responses_stream``: the part's tail goes out as one more delta event before the
 event that ends the part, and the ``sequence_number`` of every later event moves up to make room).
+
+Every chunk's ``logprobs`` go (null; a Responses event's an empty list): their token strings spell
+the upstream's text as it came, before the checks, and the tokens of a carried tail would go out
+before the tail is known to be clean. Only a stream whose output guardrails apply pays for this.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import msgspec
 from gateway.errors import InvalidRequest
 from gateway.guardrails.guard import GuardSet, Verdict
 from gateway.guardrails.responses_stream import TypedCarry
-from gateway.guardrails.texts import Shape, answer_slots
+from gateway.guardrails.texts import Shape, answer_slots, drop_logprobs
 
 MAX_CARRY_CHARS = 256
 _DONE = b"data: [DONE]\n\n"
@@ -58,7 +64,8 @@ class StreamGuard:
         self.guards = guards
         self.on_verdict = on_verdict
         self.hold_words = max((g.phrase_words for g in guards), default=1) - 1
-        self.carry: dict[int, str] = {}
+        self.carry: dict[tuple[int, str], str] = {}
+        """Each choice's carried-over text, by its index and field (``content``, ``refusal``, ...)."""
         self.template: dict[str, Any] | None = None
         self.typed = TypedCarry(lambda text: self._scan(text, _split(text, self.hold_words)), self._scan_all)
         self.is_blocked = False
@@ -106,7 +113,9 @@ class StreamGuard:
             document = msgspec.json.decode(payload)
         except msgspec.DecodeError:
             return event
-        if not isinstance(document, dict) or ("error" in document and self.shape != "responses"):
+        if not isinstance(document, dict) or (
+            document.get("error") is not None and self.shape != "responses"
+        ):
             tail = self._flush_carry()
             return tail if self.is_blocked else tail + event
         before = b""
@@ -124,30 +133,48 @@ class StreamGuard:
     def _choices(self, document: dict[str, Any]) -> bool:
         self.template = document
         changed = False
+        for choice in document.get("choices") or ():  # token strings would spell what a carry hides
+            if isinstance(choice, dict):
+                changed = drop_logprobs(choice) or changed
+        fields: dict[int, set[str]] = {}
         for slot in answer_slots(self.shape, document):
-            choice = slot.holder if self.shape == "completions" else document["choices"][_index(slot.param)]
-            index = choice.get("index", 0) if isinstance(choice, dict) else 0
-            text = self.carry.pop(index, "") + slot.text
+            choice = slot.owner or {}
+            index = choice.get("index", 0)
+            fields.setdefault(index, set()).add(slot.field)
+            text = self.carry.pop((index, slot.field), "") + slot.text
             cut = len(text) if choice.get("finish_reason") else _split(text, self.hold_words)
             text, cut = self._scan(text, cut)
             if cut < len(text):
-                self.carry[index] = text[cut:]
+                self.carry[(index, slot.field)] = text[cut:]
             if text[:cut] != slot.text:
                 slot.set(text[:cut])
                 changed = True
-        for choice in document.get("choices") or ():  # a finishing choice whose delta had no text
-            if (
-                isinstance(choice, dict)
-                and choice.get("finish_reason")
-                and choice.get("index", 0) in self.carry
-            ):
-                rest = self._scan_all(self.carry.pop(choice.get("index", 0)))
-                if self.shape == "completions":
-                    choice["text"] = rest
-                else:
-                    choice.setdefault("delta", {})["content"] = rest
-                changed = True
+        for choice in document.get("choices") or ():
+            if isinstance(choice, dict) and self.carry:
+                changed = self._release(choice, fields.get(choice.get("index", 0))) or changed
         return changed
+
+    def _release(self, choice: dict[str, Any], fields: set[str] | None) -> bool:
+        """Puts into ``choice`` what it carries of the texts that ended: all of them when it
+        finishes; else those of another field than the ones its delta brings (a reasoning ends when
+        the content begins). True when some was put in."""
+        index = choice.get("index", 0)
+        if choice.get("finish_reason"):
+            ended = [key for key in self.carry if key[0] == index]
+        elif fields:
+            ended = [key for key in self.carry if key[0] == index and key[1] not in fields]
+        else:
+            return False
+        for key in ended:
+            rest = self._scan_all(self.carry.pop(key))
+            if self.shape == "completions":
+                choice["text"] = rest
+            else:
+                delta = choice.get("delta")
+                if not isinstance(delta, dict):
+                    delta = choice["delta"] = {}
+                delta[key[1]] = rest
+        return bool(ended)
 
     def _scan(self, text: str, end: int) -> tuple[str, int]:
         """``text`` with what may go out now (``text[:end]``, ``end`` as the checks moved it) checked."""
@@ -174,18 +201,19 @@ class StreamGuard:
         if not self.carry or self.template is None:
             self.carry.clear()
             return b""
-        choices = []
-        for index, text in sorted(self.carry.items()):
+        choices: dict[int, dict[str, Any]] = {}
+        for (index, field), text in sorted(self.carry.items(), key=lambda item: item[0][0]):
             ready = self._scan_all(text)
+            choice = choices.setdefault(index, {"index": index, "finish_reason": None})
             if self.shape == "completions":
-                choices.append({"index": index, "text": ready, "finish_reason": None})
+                choice["text"] = ready
             else:
-                choices.append({"index": index, "delta": {"content": ready}, "finish_reason": None})
+                choice.setdefault("delta", {})[field] = ready
         self.carry.clear()
         if self.is_blocked:
             return self._blocked()
         document = {k: v for k, v in self.template.items() if k not in ("choices", "usage")}
-        document["choices"] = choices
+        document["choices"] = list(choices.values())
         return b"data: " + msgspec.json.encode(document) + b"\n\n"
 
     def _blocked(self) -> bytes:
@@ -195,10 +223,6 @@ class StreamGuard:
 
 def _typed_event(document: dict[str, Any]) -> bytes:
     return b"event: " + str(document["type"]).encode() + b"\ndata: " + msgspec.json.encode(document) + b"\n\n"
-
-
-def _index(param: str) -> int:
-    return int(param[len("choices[") : param.index("]")])
 
 
 __all__ = ["MAX_CARRY_CHARS", "StreamGuard"]

@@ -244,3 +244,53 @@ def test_numbers_with_gaps_stay_increasing() -> None:
     later: dict[str, Any] = {"type": "response.completed", "sequence_number": 12}
     assert carry.event(later) == ([], True) and later["sequence_number"] == 13
     assert carry.flush() == []
+
+
+async def test_refusal_and_summary_texts_are_checked_in_every_event() -> None:
+    event = Typed()
+    raw = "no, john.doe@example.com"
+    refusal_part = {"type": "refusal", "refusal": raw}
+    summary = {"item_id": "rs_1", "output_index": 1, "summary_index": 0}
+    items = [
+        {"id": "msg_1", "type": "message", "content": [refusal_part]},
+        {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": raw}]},
+    ]
+    events = [
+        event("response.refusal.delta", **WHERE, delta=raw),
+        event("response.refusal.done", **WHERE, refusal=raw),
+        event("response.content_part.done", **WHERE, part=refusal_part),
+        event("response.reasoning_summary_text.delta", **summary, delta=raw),
+        event("response.reasoning_summary_text.done", **summary, text=raw),
+        event("response.completed", response={"id": "resp_1", "status": "completed", "output": items}),
+    ]
+    found = documents((await relay(events))[0])
+    assert "john" not in json.dumps(found)
+    assert deltas_of(found, "response.refusal.delta") == "no, [REDACTED:EMAIL]"
+    assert found[-1]["response"]["output"][0]["content"][0]["refusal"] == "no, [REDACTED:EMAIL]"
+
+
+async def test_logprobs_are_emptied_in_every_event() -> None:
+    token = {"token": "a@b.io", "logprob": -0.1, "bytes": [97], "top_logprobs": []}
+    event = Typed()
+    part = {"type": "output_text", "text": "to a@b.io", "logprobs": [token]}
+    events = [
+        event("response.output_text.delta", **WHERE, delta="to a@b.io", logprobs=[token]),
+        event("response.output_text.done", **WHERE, text="to a@b.io", logprobs=[token]),
+        event("response.content_part.done", **WHERE, part=part),
+    ]
+    found = documents((await relay(events))[0])
+    assert "a@b.io" not in json.dumps(found)
+    assert [d["logprobs"] for d in found if "logprobs" in d] == [[], [], []]
+    assert found[-1]["part"]["logprobs"] == []
+
+
+async def test_a_null_error_ends_no_part() -> None:
+    event = Typed()
+    events = [
+        event("response.output_text.delta", **WHERE, delta="to a@b"),
+        event("response.in_progress", error=None),
+        event("response.output_text.delta", **WHERE, delta=".io now"),
+        event("response.output_text.done", **WHERE, text="to a@b.io now"),
+    ]
+    found = documents((await relay(events))[0])
+    assert deltas_of(found) == "to [REDACTED:EMAIL] now" == done_text(found)

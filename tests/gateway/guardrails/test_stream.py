@@ -153,3 +153,78 @@ async def test_a_blocked_phrase_is_caught_however_it_is_split() -> None:
             chunks, _ = await relay(chat_events(text[:cut], text[cut:second], text[second:]))
             assert b"guardrail_blocked" in b"".join(chunks), (cut, second)
             assert "launch" not in text_of(chunks), (cut, second)  # nothing of the phrase went out
+
+
+SECRETS = "my key sk-abcdefghijklmnopqrstuvwxyz123456 and mail john.doe@example.com end"
+REDACTED = "my key [REDACTED:OPENAI_KEY] and mail [REDACTED:EMAIL] end"
+
+
+def field_chunks(field: str, text: str, size: int = 5) -> list[bytes]:
+    """``text`` as deltas of ``field`` (``refusal``, ``reasoning_content``, ...), ``size`` at a time."""
+    return [
+        sse({"choices": [{"index": 0, "delta": {field: text[i : i + size]}, "finish_reason": None}]})
+        for i in range(0, len(text), size)
+    ]
+
+
+def fields_of(chunks: list[bytes]) -> dict[str, str]:
+    joined: dict[str, str] = {}
+    for event in b"".join(chunks).split(b"\n\n"):
+        if event.startswith(b"data: {"):
+            for choice in json.loads(event[6:]).get("choices", []):
+                for field, value in (choice.get("delta") or {}).items():
+                    joined[field] = joined.get(field, "") + (value or "")
+    return joined
+
+
+async def test_refusals_and_reasoning_are_checked_as_content_is() -> None:
+    events = [
+        *field_chunks("reasoning_content", SECRETS),
+        *field_chunks("refusal", SECRETS),
+        sse(chat_chunk("m", finish="stop")),
+        b"data: [DONE]\n\n",
+    ]
+    chunks, _ = await relay(events)
+    assert fields_of(chunks) == {"reasoning_content": REDACTED, "refusal": REDACTED}
+    body = b"".join(chunks)
+    assert b"john" not in body and b"sk-abc" not in body
+    began = next(i for i, chunk in enumerate(chunks) if "refusal" in fields_of([chunk]))
+    assert "reasoning_content" in fields_of(
+        [chunks[began]]
+    )  # the reasoning's tail goes as the refusal begins
+    assert all("reasoning_content" not in fields_of([chunk]) for chunk in chunks[began + 1 :])
+    chunks, _ = await relay([*field_chunks("reasoning", SECRETS), b"data: [DONE]\n\n"])
+    assert fields_of(chunks) == {"reasoning": REDACTED}  # its tail made into an event before [DONE]
+
+
+async def test_logprobs_go_from_every_chunk() -> None:
+    def with_logprobs(event: bytes) -> bytes:
+        document = json.loads(event[6:])
+        for choice in document["choices"]:
+            text = choice["delta"].get("content") or ""
+            choice["logprobs"] = {"content": [{"token": text, "logprob": -0.5, "bytes": [1]}]}
+        return sse(document)
+
+    events = [with_logprobs(e) if e.startswith(b"data: {") else e for e in chat_events(SECRETS)]
+    chunks, _ = await relay(events)
+    assert text_of(chunks) == REDACTED
+    body = b"".join(chunks)
+    assert b"john" not in body and b'"logprob"' not in body
+    completion = [
+        sse(
+            {
+                "choices": [
+                    {"index": 0, "text": SECRETS, "logprobs": {"tokens": [SECRETS]}, "finish_reason": None}
+                ]
+            }
+        ),
+        b"data: [DONE]\n\n",
+    ]
+    chunks, _ = await relay(completion, "completions")
+    assert text_of(chunks) == REDACTED and b"john" not in b"".join(chunks)
+
+
+async def test_a_null_error_does_not_skip_the_checks() -> None:
+    events = [sse({**chat_chunk("m", "mail a@b.io now"), "error": None}), b"data: [DONE]\n\n"]
+    chunks, _ = await relay(events)
+    assert text_of(chunks) == "mail [REDACTED:EMAIL] now" and b"a@b.io" not in b"".join(chunks)

@@ -67,7 +67,14 @@ class Setup:
             return Reply.sse(
                 chat_chunk(SERVED, head), chat_chunk(SERVED, tail), chat_chunk(SERVED, finish="stop")
             )
-        return Reply.json(chat_completion(SERVED, self.answer))
+        answer = chat_completion(SERVED, self.answer)
+        if sent.get("logprobs"):  # one token a word: the email is a token of its own
+            tokens = [
+                {"token": t, "logprob": -0.1, "bytes": list(t.encode()), "top_logprobs": []}
+                for t in self.answer.split(" ")
+            ]
+            answer["choices"][0]["logprobs"] = {"content": tokens}
+        return Reply.json(answer)
 
     async def ask(self, content: str, **kwargs: Any) -> tuple[Call, bytes]:
         body = {
@@ -117,6 +124,17 @@ async def test_a_plain_answer_is_redacted_in_place() -> None:
     )  # what the cache stores
     assert ("pii", "email", "output", "redact") in setup.counted
     assert call.guards_output  # so a span capturing content records no answer before the redaction
+
+
+async def test_a_redacted_answer_drops_its_logprobs_which_would_spell_the_email() -> None:
+    setup = Setup()
+    _, data = await setup.ask("hello", body={"logprobs": True})
+    choice = json.loads(data)["choices"][0]
+    assert choice["message"]["content"] == "Sure, I will write to [REDACTED:EMAIL]."
+    assert choice["logprobs"] is None and EMAIL.encode() not in data
+    setup.answer = "Nothing to hide here."
+    _, data = await setup.ask("hello", body={"logprobs": True})
+    assert json.loads(data)["choices"][0]["logprobs"]["content"][0]["token"] == "Nothing"  # untouched
 
 
 async def test_a_blocked_plain_answer_is_a_400_without_a_param() -> None:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gateway.policy import ApiKey, Budget, RateLimits
-from gateway.policy.schema import Count, Name, Role, Sha256Hex
+from gateway.policy.schema import KEY_NAME_PATTERN, Count, KeyName, Name, Role, Sha256Hex
 
 __all__ = [
     "KEY_NAME_PATTERN",
@@ -30,18 +30,6 @@ __all__ = [
 
 Action = Literal["create", "update", "revoke", "rotate"]
 Timestamp = Annotated[float, msgspec.Meta(ge=0)]
-KEY_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
-KeyName = Annotated[
-    str,
-    msgspec.Meta(
-        pattern=KEY_NAME_PATTERN,
-        max_length=128,
-        description="Letters, digits and . _ : - (no /): the name is one segment of the key's URL.",
-    ),
-]
-"""A new key's name: the policy's ``Name`` less ``/``, which model names need but a key's name cannot
-carry, since ``/v1/admin/keys/{name}`` takes it as one path segment (a slash, even as ``%2F``, would
-make a key no route can reach again)."""
 
 
 class Secret(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -26,6 +26,19 @@ from gateway.tiers.config import ClassifierConfig
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
 Name = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN, max_length=128)]
 
+KEY_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+KeyName = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=KEY_NAME_PATTERN,
+        max_length=128,
+        description="Letters, digits and . _ : - (no /): the name is one segment of the key's URL.",
+    ),
+]
+"""A key's name (in the policy or made through the admin API): ``Name`` less ``/``, which model names
+need but a key's name cannot carry, since ``/v1/admin/keys/{name}`` takes it as one path segment (a
+slash, even as ``%2F``, would make a key no route can reach)."""
+
 
 class PolicyError(ValueError):
     """A policy file that cannot be served; the message says where and why."""
@@ -63,8 +76,9 @@ class ApiKey(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Lower-case hex SHA-256 of the key (``sortyard keys new`` prints it)."""
     tenant: Name
     """Who the key belongs to; limits, budgets and cache scopes are per tenant."""
-    name: Name | None = None
-    """A label for usage reports and logs; defaults to the first 12 hex digits of the hash."""
+    name: KeyName | None = None
+    """A label for usage reports and logs, and the key's segment of ``/v1/admin/keys/{name}`` (so no
+    ``/``); defaults to the first 12 hex digits of the hash."""
     pools: tuple[str, ...] = ()
     """Pools this key may use (empty: all)."""
     models: tuple[str, ...] = ()

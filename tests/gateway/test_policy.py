@@ -68,6 +68,11 @@ def _write(tmp_path: Path, text: str) -> Path:
             "pools:\n  s:\n    replicas: [{base_url: 'http://x', model: m}]\nsurprise: 1\n",
             "object contains unknown field `surprise`",
         ),
+        (  # the key's name is one segment of /v1/admin/keys/{name}: a slash would put it out of reach
+            "pools:\n  s:\n    replicas: [{base_url: 'http://x', model: m}]\n"
+            "keys: [{sha256: '" + "0" * 64 + "', tenant: t, name: team/bot}]\n",
+            "keys[0].name: expected `str` matching regex",
+        ),
         ("pools: {}\n", "pools: expected at least one pool"),
         ("- a list\n", "expected a mapping at the top level"),
         ("pools: [\n", "invalid YAML"),

@@ -23,7 +23,7 @@ from gateway.policy.sso import SsoConfig
 from gateway.roles import Principal
 from gateway.sso.errors import InvalidToken
 from gateway.sso.principal import as_api_key, groups_of, principal_from_claims
-from gateway.sso.session import SAFE_METHODS, csrf_ok, csrf_token, sign, unsign
+from gateway.sso.session import SAFE_METHODS, SESSION, csrf_ok, csrf_token, sign, unsign
 
 if TYPE_CHECKING:
     from gateway.sso.login import OidcLogin
@@ -92,8 +92,12 @@ class SingleSignOn:
         if value is None:
             return None
         secret = self.secret(config)
-        session = unsign(secret, value, self._clock())
-        if session is None:
+        session = unsign(secret, SESSION, value, self._clock())
+        if (
+            session is None
+            or not isinstance(session.get("sid"), str)
+            or not isinstance(session.get("claims"), dict)
+        ):
             raise InvalidToken("The console session is invalid or expired: sign in at /console/login.")
         if method.upper() not in SAFE_METHODS and not csrf_ok(
             secret, str(session["sid"]), headers.get("x-csrf-token")
@@ -123,7 +127,7 @@ class SingleSignOn:
         sid = secrets.token_urlsafe(18)
         secret = self.secret(config)
         payload = {"sid": sid, "claims": kept, "exp": int(self._clock()) + config.cookie.max_age_s}
-        return sign(secret, payload), csrf_token(secret, sid)
+        return sign(secret, SESSION, payload), csrf_token(secret, sid)
 
     async def close(self) -> None:
         if self._http is not None:

@@ -26,6 +26,10 @@ LOGIN_TTL_S = 600
 """How long a started login may take at the provider."""
 
 
+_PENDING = ("state", "nonce", "verifier", "redirect")
+"""What a login in progress holds (``begin``), each a string."""
+
+
 class OidcLogin:
     """One provider's login flow, on the gateway's HTTP client."""
 
@@ -69,7 +73,7 @@ class OidcLogin:
 
     async def finish(self, params: Mapping[str, str], pending: dict[str, Any] | None) -> dict[str, Any]:
         """The ID token's verified claims; InvalidToken when the callback does not match the login."""
-        if pending is None:
+        if pending is None or not all(isinstance(pending.get(k), str) for k in _PENDING):
             raise InvalidToken("No login in progress (or it expired): start again at /console/login.")
         if "error" in params:
             raise InvalidToken(f"The identity provider refused the login: {params['error']}.")

@@ -27,7 +27,7 @@ from gateway.roles import Principal
 from gateway.sso.errors import InvalidToken
 from gateway.sso.gate import SingleSignOn
 from gateway.sso.principal import principal_from_claims
-from gateway.sso.session import sign, unsign
+from gateway.sso.session import LOGIN, sign, unsign
 
 __all__ = ["SignInRecorder", "sso_routes"]
 
@@ -74,7 +74,7 @@ def sso_routes(
             config = enabled()
             redirect = config.redirect_url or str(request.base_url).rstrip("/") + CALLBACK_PATH
             location, pending = await sso.provider(config).login.begin(redirect)
-            value = sign(sso.secret(config), pending)
+            value = sign(sso.secret(config), LOGIN, pending)
         except GatewayError as error:
             return render(error)
         name = config.cookie.name + "_login"
@@ -85,7 +85,7 @@ def sso_routes(
         try:
             config = enabled()
             secret = sso.secret(config)
-            pending = unsign(secret, request.cookies.get(config.cookie.name + "_login"), time.time())
+            pending = unsign(secret, LOGIN, request.cookies.get(config.cookie.name + "_login"), time.time())
             params = {k: v for k, v in request.query_params.items() if isinstance(v, str)}
             claims = await sso.provider(config).login.finish(params, pending)
             session, csrf = sso.new_session(config, claims)

@@ -62,6 +62,9 @@ class TokenVerifier:
             raise InvalidToken(f"The identity provider's keys cannot be read ({exc}).") from exc
         if key is None:
             raise InvalidToken(f"Token signed with an unknown key (kid {kid!r}).")
+        kty = getattr(key, "kty", None)
+        if _KEY_TYPES.get(str(header["alg"])[:2]) != kty:  # an RSA key read as an EC one fails in the library
+            raise InvalidToken(f"Token algorithm {header['alg']!r} does not fit its key (a {kty} key).")
         options: dict[str, Any] = {
             "iss": {"essential": True, "value": self._config.issuer},
             "aud": {"essential": True, "value": audience or self._config.expected_audience},
@@ -82,9 +85,13 @@ class TokenVerifier:
             raise InvalidToken(f"Token is incomplete: {exc.description}.") from exc
         except InvalidTokenError as exc:  # nbf in the future, iat in the future
             raise InvalidToken(f"Token is not valid yet ({exc.description}).") from exc
-        except (DecodeError, JoseError, ValueError) as exc:
+        except (DecodeError, JoseError, ValueError, TypeError) as exc:
             raise InvalidToken("Malformed token.") from exc
         return dict(claims)
+
+
+_KEY_TYPES = {"RS": "RSA", "PS": "RSA", "ES": "EC", "Ed": "OKP", "HS": "oct"}
+"""The key type a JWS algorithm family signs with (RFC 7518): the header's ``alg`` must fit the key."""
 
 
 def _claim_message(name: str) -> str:

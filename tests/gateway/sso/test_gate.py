@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import ServiceUnavailable
+from gateway.sso.errors import InvalidToken
 from gateway.sso.gate import SingleSignOn
+from gateway.sso.session import LOGIN, SESSION, sign
 from tests.gateway.sso.conftest import sso_config
 
 CONFIG = sso_config("https://idp.example")
@@ -30,6 +32,25 @@ async def test_a_session_round_trip_and_its_csrf() -> None:
     later = SingleSignOn(environ=ENV, clock=lambda: 1000.0 + CONFIG.cookie.max_age_s)
     with pytest.raises(Exception, match="expired"):
         await later.admin_key(CONFIG, "GET", {}, cookies)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"state": "s", "nonce": "n", "verifier": "v", "redirect": "r", "exp": 2000},  # the login cookie's
+        {"sid": "a", "claims": "not a mapping", "exp": 2000},
+        {"sid": 5, "claims": {}, "exp": 2000},
+    ],
+)
+async def test_a_session_cookie_of_another_kind_or_shape_is_a_401_not_a_500(
+    payload: dict[str, object],
+) -> None:
+    sso = SingleSignOn(environ=ENV, clock=lambda: 1000.0)
+    secret = sso.secret(CONFIG)
+    kind = LOGIN if "state" in payload else SESSION
+    cookies = {"sy_session": sign(secret, kind, payload)}
+    with pytest.raises(InvalidToken, match="invalid or expired"):
+        await sso.admin_key(CONFIG, "GET", {}, cookies)
 
 
 async def test_sessions_need_a_real_secret() -> None:

@@ -37,6 +37,23 @@ def test_no_mapped_group_is_refused(groups: object) -> None:
     assert refused.value.code == "no_role"
 
 
+@pytest.mark.parametrize("tenant", [None, "", 5, ["acme"], "no spaces allowed"])
+def test_a_tenant_admin_without_a_tenant_name_is_refused(tenant: object) -> None:
+    """It used to act on a made-up tenant ("sso", "5", ...) shared by every such user, and could mint
+    keys there."""
+    claims = {"sub": "u", "groups": ["acme-admins"], "tenant": tenant}
+    with pytest.raises(PermissionDenied) as refused:
+        principal_from_claims(CONFIG, claims)
+    assert refused.value.code == "no_tenant"
+    admin = principal_from_claims(CONFIG, {**claims, "groups": ["ops-admins"]})
+    assert admin == Principal("sso:u", None, "admin")  # above tenants: an odd claim is ignored
+
+
+def test_a_tenant_with_a_slash_is_kept_whole() -> None:
+    principal = principal_from_claims(CONFIG, {"sub": "u", "groups": ["acme-admins"], "tenant": "org/acme"})
+    assert as_api_key(principal).tenant == "org/acme"
+
+
 def test_the_key_gives_the_principal_back() -> None:
     principal = Principal("sso:alice@example.com", "acme", "tenant-admin")
     key = as_api_key(principal)

@@ -22,6 +22,7 @@ from litestar import MediaType, Request, Response, get
 from litestar.exceptions import HTTPException
 from litestar.handlers import HTTPRouteHandler
 
+from gateway.anthropic.errors import from_openai_body
 from gateway.audit import AuditTrail
 from gateway.audit.policy_diff import PolicyReloadAudit
 from gateway.authentication import authenticate_client
@@ -50,6 +51,9 @@ from gateway.stages.limits import month_of
 from gateway.stores import StoreUnavailable
 
 __all__ = ["api_routes", "http_exception", "open_route_limit", "unexpected"]
+
+MESSAGES_PATH = "/v1/messages"
+"""Anthropic's API: an unknown route under it answers in Anthropic's error shape."""
 
 logger = logging.getLogger("sortyard.gateway")
 _encode = msgspec.json.encode
@@ -254,6 +258,9 @@ def http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Respo
     else:
         error = GatewayError(str(exc.detail))
     status, body, headers = render(error)
+    path = request.url.path
+    if path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/"):  # /v1/messages/batches: Anthropic's
+        body = from_openai_body(status, body)
     return Response(content=body, status_code=status, media_type=MediaType.JSON, headers=headers)
 
 

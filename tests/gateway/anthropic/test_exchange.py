@@ -236,3 +236,17 @@ def test_the_pipeline_routes_it_like_a_chat_request(client: anthropic.Anthropic)
         model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "Hi"}]
     )
     assert raw.headers["x-sortyard-pool"] == "small" and raw.headers["x-request-id"]
+
+
+@pytest.mark.parametrize(("method", "path"), [("POST", "/v1/messages/batches"), ("GET", "/v1/messages")])
+def test_an_unknown_route_or_method_under_messages_answers_in_anthropics_shape(
+    gateway: GatewayServer, method: str, path: str
+) -> None:
+    """The Message Batches API is not served: an Anthropic client hears so in its own shape."""
+    answer = httpx.request(method, gateway.url + path, headers=HEADERS, content=b"{}")
+    assert answer.status_code in (404, 405)
+    document: dict[str, Any] = answer.json()
+    assert document["type"] == "error" and document["error"]["type"] in (
+        "not_found_error",
+        "invalid_request_error",
+    )

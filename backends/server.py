@@ -71,6 +71,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--num-speculative-tokens", type=int, default=4)
     parser.add_argument("--speculative-model", default=None, help="the draft model's source")
+    parser.add_argument(
+        "--speculative-quantization",
+        default=None,
+        choices=("int8", "int4"),
+        help="quantize the draft model's weights (a quantized copy of the target is a cheap draft)",
+    )
     parser.add_argument("--ngram-prompt-lookup-max", type=int, default=4)
     parser.add_argument("--ngram-prompt-lookup-min", type=int, default=1)
     parser.add_argument("--max-num-seqs", type=int, default=64)
@@ -278,6 +284,7 @@ def build_engine(
         speculative_method=args.speculative_method,
         num_speculative_tokens=args.num_speculative_tokens,
         speculative_model=args.speculative_model,
+        speculative_quantization=args.speculative_quantization,
         ngram_prompt_lookup_max=args.ngram_prompt_lookup_max,
         ngram_prompt_lookup_min=args.ngram_prompt_lookup_min,
         max_num_seqs=args.max_num_seqs,

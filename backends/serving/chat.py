@@ -72,6 +72,7 @@ class ChatEndpoint:
 
     request_type = ChatCompletionRequest
     id_prefix = "chatcmpl"
+    prompt_param = "messages"
 
     async def prepare(
         self, body: ChatCompletionRequest, engine: AsyncEngineLike

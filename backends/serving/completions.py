@@ -52,6 +52,7 @@ class CompletionEndpoint:
 
     request_type = CompletionRequest
     id_prefix = "cmpl"
+    prompt_param = "prompt"
 
     async def prepare(
         self, body: CompletionRequest, engine: AsyncEngineLike

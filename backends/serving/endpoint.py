@@ -37,6 +37,8 @@ class Endpoint(Protocol, Generic[Body]):
     request_type: type[Body]
     id_prefix: str
     """The response id is ``{id_prefix}-{uuid4 hex}``."""
+    prompt_param: str
+    """The request field the prompt is in (``messages``, ``prompt``): what a too-long prompt's 400 names."""
 
     async def prepare(self, body: Body, engine: AsyncEngineLike) -> tuple[list[int], SamplingParams]:
         """The prompt's token ids and the request's sampling parameters."""
@@ -72,7 +74,7 @@ async def serve_endpoint(
     body = decode_request(await request.body(), endpoint.request_type)
     served, engine = state.require_engine(body.model)
     prompt_ids, params = await endpoint.prepare(body, engine)
-    check_context_length(len(prompt_ids), params, engine.engine.max_model_len)
+    check_context_length(len(prompt_ids), params, engine.engine.max_model_len, endpoint.prompt_param)
     check_logit_bias(params, engine.engine.model_config.vocab_size)
     request_id = f"{endpoint.id_prefix}-{uuid.uuid4().hex}"
     model = body.model or served.name

@@ -157,15 +157,18 @@ def asks_for_no_tokens(request: CompletionRequest) -> bool:
     return request.max_tokens == 0
 
 
-def check_context_length(num_prompt_tokens: int, params: SamplingParams, max_model_len: int) -> None:
-    """Refuse a prompt (plus its requested output) longer than the model's context."""
+def check_context_length(
+    num_prompt_tokens: int, params: SamplingParams, max_model_len: int, prompt_param: str = "messages"
+) -> None:
+    """Refuse a prompt (plus its requested output) longer than the model's context; the 400 names
+    ``prompt_param``, the field the prompt came in."""
     if num_prompt_tokens == 0:
-        raise InvalidRequest("The prompt is empty.", param="prompt")
+        raise InvalidRequest("The prompt is empty.", param=prompt_param)
     if num_prompt_tokens >= max_model_len:
         raise ContextLengthExceeded(
             f"This model's maximum context length is {max_model_len} tokens. However, your request has "
             f"{num_prompt_tokens} input tokens. Please reduce the length of the input.",
-            param="messages",
+            param=prompt_param,
         )
     if params.max_tokens is not None and num_prompt_tokens + params.max_tokens > max_model_len:
         raise ContextLengthExceeded(

@@ -42,3 +42,31 @@ def test_the_flags_reach_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_utilization_outside_zero_to_one_is_refused() -> None:
     with pytest.raises(SystemExit):
         parse_args(["--gpu-memory-utilization", "1.2"])
+
+
+def test_the_speculative_flags_reach_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/engine.md's draft row: a quantized copy of the target as the draft."""
+    configs: list[EngineConfig] = []
+
+    class FakeEngine:
+        model_name, max_model_len = "m", 128
+
+        def __init__(self, config: EngineConfig, **kwargs: Any) -> None:
+            configs.append(config)
+
+    monkeypatch.setattr(llm_engine, "LLMEngine", FakeEngine)
+    monkeypatch.setattr(async_engine, "AsyncLLMEngine", lambda engine, **kwargs: engine)
+    args = parse_args(
+        [
+            "--speculative-method",
+            "draft",
+            "--speculative-model",
+            "smollm2-135m",
+            "--speculative-quantization",
+            "int8",
+        ]
+    )
+    build_engine(args, "smollm2-135m", share=1)
+    assert (configs[0].speculative_method, configs[0].speculative_quantization) == ("draft", "int8")
+    with pytest.raises(SystemExit):
+        parse_args(["--speculative-quantization", "fp4"])

@@ -76,6 +76,9 @@ def test_too_long_prompt_is_context_length_exceeded(client: openai.OpenAI, base_
     assert info.value.code == "context_length_exceeded"
     body = {"model": MODEL, "prompt": "x" * 10, "max_tokens": 600}
     assert_error(post(base_url, "/v1/completions", body), 400, "context_length_exceeded", "max_tokens")
+    assert info.value.param == "messages"
+    long_prompt = {"model": MODEL, "prompt": "x" * 600, "max_tokens": 1}  # a completion has no messages
+    assert_error(post(base_url, "/v1/completions", long_prompt), 400, "context_length_exceeded", "prompt")
 
 
 def test_logit_bias_becomes_token_ids_and_a_bad_one_is_named() -> None:

@@ -78,7 +78,10 @@ class PolicyReloader:
         self._stamp = self._file_stamp()
         try:
             compiled = compile_policy(load_policy(self.path, self.overlay), self.environ)
-        except PolicyError as e:
+        except Exception as e:  # anything else is a bug, but it must not end the watcher
+            if not isinstance(e, PolicyError):
+                logger.exception("policy reload failed unexpectedly")
+                e = PolicyError(f"{self.path}: could not be loaded: {type(e).__name__}: {e}")
             self.num_refused += 1
             self.last_error = str(e)
             logger.error("policy reload refused, the last good policy keeps serving: %s", e)

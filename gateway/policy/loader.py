@@ -16,12 +16,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
-import yaml
 
 from gateway.client_address import parse_networks
 from gateway.policy.errors import describe
 from gateway.policy.kv_events import check_kv_routing
 from gateway.policy.schema import Policy, PolicyError
+from gateway.policy.yaml_document import read_document
 from gateway.replicas.config import check_routing
 from gateway.tiers.classifier import ClassifierLoadError
 from gateway.tiers.factory import build_classifier
@@ -33,6 +33,24 @@ def _convert(document: Mapping[str, Any], source: str) -> Policy:
     return msgspec.convert({**document, "source": source}, Policy, strict=True)
 
 
+def url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as a server the gateway calls, else None: an http(s) URL with a host,
+    a port that exists, and no query or fragment (the gateway appends paths: a query would end up in
+    the middle of every request's URL)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"expected an http(s) URL, got {url!r}"
+    try:
+        parts.port  # noqa: B018 (raises for a port past 65535)
+    except ValueError:
+        return f"expected a port from 1 to 65535, got {url!r}"
+    if parts.port == 0:
+        return f"expected a port from 1 to 65535, got {url!r}"
+    if parts.query or parts.fragment:
+        return f"expected no query or fragment (paths are appended), got {url!r}"
+    return None
+
+
 def _check(policy: Policy) -> list[str]:
     problems: list[str] = []
     if not policy.pools:
@@ -42,9 +60,11 @@ def _check(policy: Policy) -> list[str]:
             problems.append(f"pools.{pool_name}.replicas: expected at least one replica")
         for i, replica in enumerate(pool.replicas):
             where = f"pools.{pool_name}.replicas[{i}]"
-            parts = urlsplit(replica.base_url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                problems.append(f"{where}.base_url: expected an http(s) URL, got {replica.base_url!r}")
+            problem = url_problem(replica.base_url)
+            if problem is not None:
+                problems.append(f"{where}.base_url: {problem}")
+            if replica.metrics_url is not None and (problem := url_problem(replica.metrics_url)):
+                problems.append(f"{where}.metrics_url: {problem}")
             if not replica.model:
                 problems.append(f"{where}.model: expected the served model name")
     for alias, target in policy.aliases.items():
@@ -67,6 +87,14 @@ def _check(policy: Policy) -> list[str]:
         for model in key.models:
             if policy.pool_for_model(model) is None:
                 problems.append(f"keys[{i}].models: unknown model {model!r}")
+    for set_name, guardrail in policy.guardrails.items():
+        if guardrail.webhook is not None and (problem := url_problem(guardrail.webhook.url)):
+            problems.append(f"guardrails.{set_name}.webhook.url: {problem}")
+    if policy.sso is not None:
+        if problem := url_problem(policy.sso.issuer.rstrip("/") or "-"):
+            problems.append(f"sso.issuer: {problem}")
+        if not policy.sso.algorithms:
+            problems.append("sso.algorithms: expected at least one (RS256, ES256)")
     names = [k.key_id for k in policy.keys]
     for name in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"keys: duplicate key name {name!r}")
@@ -119,10 +147,7 @@ def _read_yaml(path: Path) -> Any:
         raise PolicyError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise PolicyError(f"{path}: cannot read: {e}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise PolicyError(f"{path}: invalid YAML: {e}") from None
+    return read_document(text, str(path))
 
 
 def parse_policy(document: Any, source: str) -> Policy:

@@ -73,6 +73,37 @@ def _write(tmp_path: Path, text: str) -> Path:
             "keys: [{sha256: '" + "0" * 64 + "', tenant: t, name: team/bot}]\n",
             "keys[0].name: expected `str` matching regex",
         ),
+        (  # a port that cannot exist: every request was a 502
+            "pools:\n  s:\n    replicas: [{base_url: 'http://127.0.0.1:99999/v1', model: m}]\n",
+            "pools.s.replicas[0].base_url: expected a port from 1 to 65535",
+        ),
+        (  # the gateway appends paths: every request was a 404
+            "pools:\n  s:\n    replicas: [{base_url: 'http://127.0.0.1:8701/v1?x=1', model: m}]\n",
+            "pools.s.replicas[0].base_url: expected no query or fragment",
+        ),
+        (
+            "pools:\n  s:\n    replicas: [{base_url: 'http://x/v1', model: m, metrics_url: 'nota url'}]\n",
+            "pools.s.replicas[0].metrics_url: expected an http(s) URL",
+        ),
+        (  # a fail_closed webhook that is no URL blocked every request
+            "pools:\n  s:\n    replicas: [{base_url: 'http://x/v1', model: m}]\n"
+            "guardrails: {g: {webhook: {url: 'not a url', on_error: fail_closed}}}\n",
+            "guardrails.g.webhook.url: expected an http(s) URL",
+        ),
+        (
+            "pools:\n  s:\n    replicas: [{base_url: 'http://x', model: m}]\npools: {}\n",
+            "found the key 'pools' twice",
+        ),
+        (
+            "pools:\n  s:\n    replicas: [{base_url: 'http://x/v1', model: m}]\n"
+            "sso: {issuer: 'not a url', client_id: c, algorithms: []}\n",
+            "sso.issuer: expected an http(s) URL",
+        ),
+        (
+            "pools:\n  s:\n    replicas: [{base_url: 'http://x/v1', model: m}]\n"
+            "sso: {issuer: 'https://idp.example', client_id: c, algorithms: []}\n",
+            "sso.algorithms: expected at least one",
+        ),
         ("pools: {}\n", "pools: expected at least one pool"),
         ("- a list\n", "expected a mapping at the top level"),
         ("pools: [\n", "invalid YAML"),

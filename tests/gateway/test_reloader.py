@@ -38,6 +38,28 @@ def test_reload_adopts_good_files_and_refuses_bad_ones(tmp_path: Path) -> None:
     assert len(seen) == 2 and seen[0].policy is first and reloader.num_refused == 1
 
 
+def test_a_file_that_once_crashed_the_watcher_is_refused_and_the_next_good_one_adopted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An alias inside itself raised RecursionError out of reload: the watcher task ended silently and
+    no later edit was ever adopted. Now it is a refusal like any bad file, and so is any unexpected
+    error while loading."""
+    path = write_policy(tmp_path / "p.yaml", fake_policy("http://127.0.0.1:1/v1"))
+    good = path.read_text()
+    reloader = PolicyReloader(path)
+    path.write_text(good + "x: &a [*a]\n")
+    assert not reloader.reload() and "an alias refers to a value that holds it" in (reloader.last_error or "")
+    path.write_text(good.replace("gpt-4o-mini", "gpt-new"))
+    assert reloader.reload() and reloader.policy.pool_for_model("gpt-new") == "small"
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("gateway.reloader.load_policy", broken)
+    assert not reloader.reload() and "RuntimeError: a bug" in (reloader.last_error or "")
+    assert reloader.num_refused == 2
+
+
 @pytest.mark.slow
 def test_sighup_reloads_a_running_gateway(tmp_path: Path) -> None:
     path = write_policy(tmp_path / "p.yaml", fake_policy("http://127.0.0.1:1/v1"))

@@ -80,7 +80,10 @@ class Gateway:
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(6).hex()
         reloader.subscribe(lambda compiled: balancer.update(compiled.policy))
-        reloader.subscribe(self._count_reload)
+        self._is_loaded = False
+        reloader.subscribe(self._count_reload)  # called now with the policy loaded at start: not a reload
+        self._is_loaded = True
+        reloader.refusal_listeners.append(lambda _error: self.metrics.policy_reloads.labels("refused").inc())
 
     @property
     def compiled(self) -> CompiledPolicy:
@@ -121,7 +124,8 @@ class Gateway:
         return True
 
     def _count_reload(self, compiled: CompiledPolicy) -> None:
-        self.metrics.policy_reloads.labels("adopted").inc()
+        if self._is_loaded:
+            self.metrics.policy_reloads.labels("adopted").inc()
 
     async def settle(self) -> None:
         """Wait until every open request's after-response work has run, then have the store write what

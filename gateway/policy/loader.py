@@ -119,6 +119,8 @@ def _check(policy: Policy) -> list[str]:
             problems.append(f"limits.unauthenticated.trusted_proxies[{i}]: {e}")
     if policy.auto_model in policy.pools:
         problems.append(f"auto_model: {policy.auto_model!r} is also a pool name")
+    if policy.auto_model in policy.aliases and policy.classifier is not None:  # the alias would shadow it
+        problems.append(f"auto_model: {policy.auto_model!r} is also an alias")
     if policy.classifier is not None:
         try:
             build_classifier(policy.classifier, pools=list(policy.pools))

@@ -223,7 +223,8 @@ class Policy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     pools: dict[Name, Pool]
     """Pools by name; a pool's name is also a model name clients may ask for."""
-    version: int = 1
+    version: Literal[1] = 1
+    """The policy format's version: 1 is the only one (a file written for a later one is refused)."""
     aliases: dict[Name, Name] = msgspec.field(default_factory=dict)
     """Model names clients use -> pool name (``gpt-4o-mini: small``)."""
     timeouts: Timeouts = Timeouts()

@@ -44,6 +44,21 @@ def test_the_policy_is_the_reloaders(gateway: Gateway) -> None:
     assert set(gateway.policy.pools) >= {"small"}
 
 
+def test_reloads_are_counted_by_result_and_the_first_load_is_none(gateway: Gateway, tmp_path: Path) -> None:
+    def count(result: str) -> float:
+        value = gateway.metrics.registry.get_sample_value("sortyard_policy_reloads_total", {"result": result})
+        return value or 0.0
+
+    assert (count("adopted"), count("refused")) == (0, 0)  # it read 1 adopted: the policy it started on
+    path = gateway.reloader.path
+    good = path.read_text()
+    path.write_text("pools: [\n")
+    assert not gateway.reloader.reload()
+    path.write_text(good.replace("gpt-4o-mini", "gpt-new"))
+    assert gateway.reloader.reload()
+    assert (count("adopted"), count("refused")) == (1, 1)  # a refusal was never counted
+
+
 async def test_settling_with_nothing_in_flight_returns(gateway: Gateway) -> None:
     await gateway.settle()
     await gateway.store.close()

@@ -104,6 +104,10 @@ def _write(tmp_path: Path, text: str) -> Path:
             "sso: {issuer: 'https://idp.example', client_id: c, algorithms: []}\n",
             "sso.algorithms: expected at least one",
         ),
+        (
+            "version: 2\npools:\n  s:\n    replicas: [{base_url: 'http://x/v1', model: m}]\n",
+            "version: invalid enum value 2",
+        ),
         ("pools: {}\n", "pools: expected at least one pool"),
         ("- a list\n", "expected a mapping at the top level"),
         ("pools: [\n", "invalid YAML"),

@@ -102,6 +102,7 @@ class Settings:
     def __post_init__(self) -> None:
         if self.region == "":  # ``SORTYARD_REGION=`` in a manifest or compose file: not set
             object.__setattr__(self, "region", None)
+        object.__setattr__(self, "log_level", self.log_level.lower())  # INFO is info (uvicorn's names)
         if self.region is not None and not REGION_NAME.match(self.region):
             raise ValueError(
                 f"SORTYARD_REGION={self.region!r} is not a region name "

@@ -31,7 +31,11 @@ __all__ = ["add_audit_commands"]
 def _lines(args: argparse.Namespace) -> list[bytes]:
     store: AuditStore
     if args.redis_url:
-        store = RedisAuditStore.from_url(args.redis_url, timeout_s=5.0)
+        try:
+            store = RedisAuditStore.from_url(args.redis_url, timeout_s=5.0)
+        except ValueError as exc:  # not a redis:// or rediss:// URL: said, not a traceback
+            print(f"error: --redis-url: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
     else:
         path = args.file or os.environ.get("SORTYARD_AUDIT_FILE") or DEV_AUDIT_FILE
         if not os.path.exists(path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -116,6 +117,8 @@ def throughput_from_locust_csv(path: Path, gpus_per_replica: float = 1.0) -> Thr
             rows = list(csv.DictReader(f))
     except OSError as e:
         raise CostInputError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise CostInputError(f"{path}: not UTF-8 text (byte {e.start})") from None
     row = next((r for r in rows if (r.get("Type"), r.get("Name")) == TOKENS_ROW), None)
     if row is None:
         raise CostInputError(
@@ -154,6 +157,8 @@ def throughput_from_bench_json(path: Path, gpus_per_replica: float = 1.0) -> Thr
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise CostInputError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise CostInputError(f"{path}: not UTF-8 text (byte {e.start})") from None
     result: Any = None
     try:
         result = json.loads(text)
@@ -224,6 +229,19 @@ def add_estimate_arguments(estimate: argparse.ArgumentParser) -> None:
     )
 
 
+def is_finite(estimate: CostEstimate) -> bool:
+    """Does every figure :func:`render` prints fit in a float? Each input may be finite while their
+    product is not (``1e200 x 1e200``): a ``$inf`` estimate would read as an answer."""
+    figures = (
+        estimate.num_requests_per_month,
+        estimate.monthly_usd,
+        estimate.gpu_hours_per_month,
+        estimate.usd_per_million_tokens,
+        estimate.average_gpus_busy,
+    )
+    return all(math.isfinite(figure) for figure in figures)
+
+
 def render(
     estimate: CostEstimate, throughput: Throughput | None, *, num_requests_per_day: float | None = None
 ) -> str:
@@ -269,5 +287,10 @@ def estimate_main(args: argparse.Namespace) -> int:
         gpu_s_per_token = args.gpu_seconds_per_token
     num_requests = requests_per_month(per_month=args.requests_per_month, per_day=args.requests_per_day)
     estimate = CostEstimate(num_requests, args.tokens_per_request, gpu_s_per_token, args.gpu_hour_usd)
+    if not is_finite(estimate):
+        print(
+            "error: the estimate overflows (a figure is beyond any float); check the inputs", file=sys.stderr
+        )
+        return 2
     sys.stdout.write(render(estimate, throughput, num_requests_per_day=args.requests_per_day))
     return 0

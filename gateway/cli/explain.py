@@ -1,55 +1,56 @@
-"""``sortyard route explain "prompt" [--policy FILE]``: which pool a prompt goes to, and why."""
+"""``sortyard route explain "prompt" [--policy FILE [--overlay FILE]]``: which pool a prompt goes to,
+and why.
+
+``--policy`` is loaded as ``sortyard serve`` loads it (its overlay merged, every check run), so a
+policy the gateway would refuse is refused here too (exit 2, the load error), and a rule's pool is one
+the policy has. Without it, the shipped learned model decides."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
-import msgspec
-import yaml
-
+from gateway.cli.policy import load_served
+from gateway.policy import PolicyError
 from gateway.tiers.classifier import ClassifierLoadError, ClassifyInput
 from gateway.tiers.config import ClassifierConfig, LearnedConfig
 from gateway.tiers.factory import build_classifier
 
-__all__ = ["explain_main", "load_classifier_config"]
+__all__ = ["explain_main", "policy_classifier"]
 
 
-def load_classifier_config(path: Path) -> ClassifierConfig:
-    """The classifier section of a policy file: the top level itself (it has ``kind``), or under
-    ``classifier:`` / ``routing: {classifier: ...}``."""
-    try:
-        data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ClassifierLoadError(f"cannot read policy {str(path)!r}: {exc}") from exc
-    section = data
-    if isinstance(data, dict) and "kind" not in data:
-        section = data.get("classifier") or (data.get("routing") or {}).get("classifier")
-    if not isinstance(section, dict):
-        raise ClassifierLoadError(f"policy {str(path)!r} has no classifier section (a mapping with `kind`)")
-    try:
-        return msgspec.convert(section, ClassifierConfig)
-    except msgspec.ValidationError as exc:
-        raise ClassifierLoadError(f"policy {str(path)!r}: invalid classifier config: {exc}") from exc
+def policy_classifier(path: str, overlay: str | None = None) -> tuple[ClassifierConfig, list[str]]:
+    """The classifier section of the policy ``sortyard serve --policy PATH`` would serve, and its pool
+    names; PolicyError when the gateway would refuse the policy or it has no classifier."""
+    policy, _ = load_served(path, overlay)
+    if policy.classifier is None:
+        raise PolicyError(f"{path}: no classifier: section (model {policy.auto_model!r} is not served)")
+    return policy.classifier, list(policy.pools)
 
 
 def explain_main(argv: list[str]) -> int:
     """Entry point of ``sortyard route explain``; returns the exit status."""
     p = argparse.ArgumentParser(prog="sortyard route explain", description=__doc__)
     p.add_argument("prompt", help="the user message to classify ('-' reads stdin)")
-    p.add_argument("--policy", type=Path, help="policy YAML (default: the shipped learned model)")
+    p.add_argument(
+        "--policy", help="a policy YAML, loaded as `sortyard serve` loads it (default: the shipped model)"
+    )
+    p.add_argument("--overlay", help="the overlay merged on top (default: as serve, local.yaml beside it)")
     p.add_argument("--system", default=None, help="a system prompt to put before the message")
     p.add_argument("--tools", action="store_true", help="pretend the request declares tools")
     p.add_argument("--json-mode", action="store_true", help="pretend response_format asks for JSON")
     args = p.parse_args(argv)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if args.overlay is not None and args.policy is None:
+        p.error("--overlay goes with --policy")
+    config: ClassifierConfig = LearnedConfig()
+    pools: list[str] | None = None
     try:
-        config = load_classifier_config(args.policy) if args.policy else LearnedConfig()
-        classifier = build_classifier(config, pools=None)
-    except ClassifierLoadError as exc:
+        if args.policy is not None:
+            config, pools = policy_classifier(args.policy, args.overlay)
+        classifier = build_classifier(config, pools=pools)
+    except (PolicyError, ClassifierLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     messages = [{"role": "system", "content": args.system}] if args.system else []

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
+from gateway.policy.schema import KEY_NAME_PATTERN
 from gateway.roles import ROLES
 
 __all__ = ["add_key_admin_commands"]
@@ -24,14 +28,46 @@ NONE = "none"
 """A limit, budget or expiry given as this (``--rpm none``) is removed: the API is sent ``null``."""
 
 
+def _non_negative(kind: Callable[[str], float]) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number of ``kind``, at least 0 (``nan`` or ``inf`` would reach
+    the API as JSON it cannot read, a negative one as a limit it refuses)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {text!r}") from None
+        if not math.isfinite(value) or value < 0:
+            raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+        return value
+
+    return parse
+
+
 def _number_or_none(kind: Callable[[str], float]) -> Callable[[str], float | str]:
-    """An argparse ``type``: a number of ``kind``, or ``none``; what was not given stays None."""
+    """An argparse ``type``: a finite number of ``kind``, at least 0, or ``none``; what was not given
+    stays None."""
+    number = _non_negative(kind)
 
     def parse(text: str) -> float | str:
-        return NONE if text.lower() == NONE else kind(text)
+        return NONE if text.lower() == NONE else number(text)
 
-    parse.__name__ = kind.__name__  # argparse's message: "invalid int value: 'x'"
     return parse
+
+
+def _key_name(text: str) -> str:
+    """An argparse ``type``: a key's name as the policy spells one (``KEY_NAME_PATTERN``): an empty
+    name or ``..`` would otherwise ask for another URL (every key, or the admin API's root)."""
+    if not re.match(KEY_NAME_PATTERN, text):
+        raise argparse.ArgumentTypeError(
+            f"expected a key name (a letter or digit, then letters, digits and . _ : -), got {text!r}"
+        )
+    return text
+
+
+def _key_path(name: str, suffix: str = "") -> str:
+    """``/v1/admin/keys/NAME`` with the name quoted as one path segment."""
+    return f"/v1/admin/keys/{quote(name, safe='')}{suffix}"
 
 
 def _json(value: float | str) -> float | None:
@@ -128,7 +164,7 @@ def add_key_admin_commands(keys: Any) -> None:
 
     create = keys.add_parser("create", parents=[common, scope], help="make a key on a running gateway")
     create.add_argument("--tenant", required=True)
-    create.add_argument("--name")
+    create.add_argument("--name", type=_key_name)
     create.add_argument("--admin", action="store_true", help="the same as --role admin")
     create.add_argument("--role", choices=ROLES, help="what it may do on the admin API (docs/security.md)")
     create.set_defaults(handler=_create)
@@ -136,7 +172,9 @@ def add_key_admin_commands(keys: Any) -> None:
     listing = keys.add_parser("list", parents=[common], help="every key (the policy file's too)")
     listing.add_argument("--tenant")
     listing.set_defaults(
-        handler=lambda a: _call(a, "GET", "/v1/admin/keys" + (f"?tenant={a.tenant}" if a.tenant else ""))
+        handler=lambda a: _call(
+            a, "GET", "/v1/admin/keys" + (f"?tenant={quote(a.tenant, safe='')}" if a.tenant else "")
+        )
     )
 
     for verb, method, suffix, help_text in (
@@ -144,21 +182,21 @@ def add_key_admin_commands(keys: Any) -> None:
         ("revoke", "POST", "/revoke", "stop a key at once, on every replica"),
     ):
         command = keys.add_parser(verb, parents=[common], help=help_text)
-        command.add_argument("name")
-        command.set_defaults(handler=lambda a, m=method, s=suffix: _call(a, m, f"/v1/admin/keys/{a.name}{s}"))
+        command.add_argument("name", type=_key_name)
+        command.set_defaults(handler=lambda a, m=method, s=suffix: _call(a, m, _key_path(a.name, s)))
 
     update = keys.add_parser("update", parents=[common, scope], help="change what is given; none removes")
-    update.add_argument("name")
+    update.add_argument("name", type=_key_name)
     update.add_argument("--role", choices=(*ROLES, "none"), help="its new role (none: a plain key)")
-    update.set_defaults(handler=lambda a: _call(a, "PATCH", f"/v1/admin/keys/{a.name}", _changes(a)))
+    update.set_defaults(handler=lambda a: _call(a, "PATCH", _key_path(a.name), _changes(a)))
 
     rotate = keys.add_parser("rotate", parents=[common], help="a new secret; the old one for --grace-s")
-    rotate.add_argument("name")
-    rotate.add_argument("--grace-s", type=float, default=3600.0)
+    rotate.add_argument("name", type=_key_name)
+    rotate.add_argument("--grace-s", type=_non_negative(float), default=3600.0)
     rotate.set_defaults(
-        handler=lambda a: _call(a, "POST", f"/v1/admin/keys/{a.name}/rotate", {"grace_s": a.grace_s})
+        handler=lambda a: _call(a, "POST", _key_path(a.name, "/rotate"), {"grace_s": a.grace_s})
     )
 
     audit = keys.add_parser("audit", parents=[common], help="who did what to which key")
-    audit.add_argument("--limit", type=int, default=100)
+    audit.add_argument("--limit", type=_non_negative(int), default=100)
     audit.set_defaults(handler=lambda a: _call(a, "GET", f"/v1/admin/audit?limit={a.limit}"))

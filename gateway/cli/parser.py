@@ -2,11 +2,11 @@
 
 sortyard run    [--policy FILE] [--engine-model smollm2-135m]   (what ``make run`` does)
 sortyard serve  [--policy FILE] [--host H] [--port P] [--workers N]
-sortyard policy check FILE...
+sortyard policy check FILE... [--overlay FILE | --no-overlay]
 sortyard keys new --tenant T [--name N] [--admin]
 sortyard keys create|list|show|update|rotate|revoke|audit --url URL --admin-key KEY ...
 sortyard audit verify|export [--file PATH | --redis-url URL] [--since T]
-sortyard route explain "prompt" [--policy FILE]
+sortyard route explain "prompt" [--policy FILE [--overlay FILE]]
 sortyard router train data.jsonl -o router.bin
 sortyard cost estimate (--requests-per-month N | --requests-per-day N) --tokens-per-request N ...
 
@@ -16,7 +16,10 @@ sortyard cost estimate (--requests-per-month N | --requests-per-day N) --tokens-
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from gateway.cli import cost
 from gateway.cli.audit import add_audit_commands
@@ -24,16 +27,25 @@ from gateway.cli.key_admin import add_key_admin_commands
 from gateway.cli.keys import keys_new
 from gateway.cli.local import dev_settings, run_local
 from gateway.cli.logs import configure_logging
-from gateway.cli.policy import policy_check
+from gateway.cli.policy import policy_check, require_overlay
 from gateway.cli.serve import serve
+from gateway.cli.server_args import add_server_arguments, settings_problem
+from gateway.policy import PolicyError
 from gateway.roles import ROLES
 from gateway.settings import Settings
 from gateway.version import installed_version
 
 
+def _fail(message: str) -> NoReturn:
+    """Invalid input: one ``error:`` line on standard error, exit 2 (argparse's own status)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _settings(args: argparse.Namespace) -> Settings:
+    """The server's settings from its flags and ``SORTYARD_*``, refused here when they could not serve."""
     try:
-        return Settings.from_env(
+        settings = Settings.from_env(
             policy_path=args.policy,
             policy_overlay=args.overlay,
             host=args.host,
@@ -46,16 +58,27 @@ def _settings(args: argparse.Namespace) -> Settings:
             tls_client_auth=args.tls_client_auth,
         )
     except ValueError as error:
-        raise SystemExit(f"error: {error}") from None
+        _fail(str(error))
+    problem = settings_problem(settings)
+    if problem is not None:
+        _fail(problem)
+    return settings
 
 
 def _serve_command(args: argparse.Namespace) -> int:
+    try:
+        require_overlay(args.overlay)
+    except PolicyError as error:
+        _fail(str(error))
     settings = _settings(args)
     configure_logging(settings)
     return serve(settings)
 
 
 def _run_command(args: argparse.Namespace) -> int:
+    folder = os.path.dirname(args.overlay or "") or "."
+    if not os.path.isdir(folder):  # ``run`` writes its development key's hash there
+        _fail(f"{args.overlay}: no such folder {folder} for the overlay (--overlay)")
     settings = dev_settings(_settings(args))
     configure_logging(settings)
     return run_local(settings, args.engine_model, start_engine=not args.no_engine)
@@ -91,23 +114,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sortyard {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def server_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--policy",
-            help="policy YAML (default: policies/default.yaml if there is one here, else the package's)",
-        )
-        p.add_argument("--overlay", help="overlay YAML merged on top (default: local.yaml beside it)")
-        p.add_argument("--host")
-        p.add_argument("--port", type=int)
-        p.add_argument("--workers", type=int)
-        p.add_argument("--log-level")
-        p.add_argument("--tls-cert", dest="tls_certfile", help="serve HTTPS with this certificate (PEM)")
-        p.add_argument("--tls-key", dest="tls_keyfile", help="the certificate's private key (PEM)")
-        p.add_argument("--tls-client-ca", dest="tls_client_ca", help="ask clients for certificates (this CA)")
-        p.add_argument("--tls-client-auth", dest="tls_client_auth", choices=("required", "optional", "none"))
-
     run = sub.add_parser("run", help="start the local reference engine, then the gateway (make run)")
-    server_args(run)
+    add_server_arguments(run)
     run.add_argument(
         "--engine-model",
         action="append",
@@ -117,15 +125,22 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-engine", action="store_true", help="do not start the local engine")
     run.set_defaults(handler=_run_command)
     serve_p = sub.add_parser("serve", help="serve the gateway")
-    server_args(serve_p)
+    add_server_arguments(serve_p)
     serve_p.set_defaults(handler=_serve_command)
 
     policy = sub.add_parser("policy", help="policy tools").add_subparsers(
         dest="policy_command", required=True
     )
-    check = policy.add_parser("check", help="validate policy files without serving")
+    check = policy.add_parser(
+        "check", help="validate policy files without serving, each with the overlay serve would merge"
+    )
     check.add_argument("files", nargs="+")
-    check.set_defaults(handler=lambda args: policy_check(args.files))
+    overlay = check.add_mutually_exclusive_group()
+    overlay.add_argument("--overlay", help="the overlay to merge (default: as serve, local.yaml beside it)")
+    overlay.add_argument("--no-overlay", action="store_true", help="check the files alone")
+    check.set_defaults(
+        handler=lambda args: policy_check(args.files, args.overlay, use_overlay=not args.no_overlay)
+    )
 
     keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
     keys_new_p = keys.add_parser("new", help="print a fresh key once, plus the policy stanza with its hash")

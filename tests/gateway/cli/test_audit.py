@@ -69,3 +69,11 @@ def test_verify_and_export_read_redis(redis_flushed: str, capsys: pytest.Capture
     assert cli(["audit", "verify", "--redis-url", redis_flushed]) == 0
     assert "2 entries, chain intact" in capsys.readouterr().out
     assert cli(["audit", "export", "--redis-url", redis_flushed]) == 0
+
+
+def test_a_redis_url_that_is_not_one_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli(["audit", "verify", "--redis-url", "notaurl"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --redis-url: ") and err.count("\n") == 1

@@ -143,3 +143,20 @@ def test_requests_per_day_or_per_month_not_both(capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit):
         cost_main(["estimate", "--help"])
     assert "--requests-per-day N" in capsys.readouterr().out
+
+
+def test_a_result_file_that_is_not_utf8_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["estimate", "--requests-per-month", "1", "--tokens-per-request", "1", "--gpu-hour-usd", "1"]
+    for name in ("bin_stats.csv", "bin.json"):
+        (tmp_path / name).write_bytes(b"\xff\xfe\x00garbage\n")
+        assert cost_main([*base, "--from-result", str(tmp_path / name)]) == 2
+        assert f"{tmp_path / name}: not UTF-8 text" in capsys.readouterr().err
+
+
+def test_an_estimate_that_overflows_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    huge = ["--requests-per-month", "1e200", "--tokens-per-request", "1e200", "--gpu-seconds-per-token", "1"]
+    assert cost_main(["estimate", *huge, "--gpu-hour-usd", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: the estimate overflows")

@@ -61,3 +61,38 @@ def test_a_limit_is_a_number_or_none(capsys: pytest.CaptureFixture[str]) -> None
     with pytest.raises(SystemExit):
         main(["keys", "update", "ci", "--rpm", "lots"])
     assert "invalid int value: 'lots'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["create", "--tenant", "a", "--monthly-usd", "nan"],
+        ["create", "--tenant", "a", "--monthly-usd", "inf"],
+        ["create", "--tenant", "a", "--expires-at", "-1"],
+        ["update", "ci", "--rpm", "-5"],
+        ["update", "ci", "--max-concurrent", "-1"],
+        ["rotate", "ci", "--grace-s", "nan"],
+    ],
+)
+def test_a_number_is_finite_and_not_negative(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["keys", *flags, "--admin-key", "k"])
+    assert exit_info.value.code == 2
+    assert "expected a finite number >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", ["show", "revoke", "update", "rotate"])
+@pytest.mark.parametrize("name", ["", "..", "a/b", "a b"])
+def test_a_key_name_that_is_not_one_is_refused(
+    verb: str, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["keys", verb, name, "--url", "http://127.0.0.1:9", "--admin-key", "k"])
+    assert exit_info.value.code == 2
+    assert "expected a key name" in capsys.readouterr().err
+
+
+def test_a_name_is_one_quoted_path_segment(keys: Callable[..., dict[str, Any]]) -> None:
+    keys("create", "--tenant", "team-b", "--name", "ci:nightly")
+    assert keys("show", "ci:nightly")["name"] == "ci:nightly"
+    assert [k["name"] for k in keys("list", "--tenant", "team-b")["data"]] == ["ci:nightly"]

@@ -8,24 +8,29 @@ thread (progress in the log) and ``/ready`` and ``/v1/models`` answer 503 until 
 
 ``--tensor-parallel-size N`` / ``--pipeline-parallel-size N`` split one model over N processes (this one
 is rank 0 and serves the API); a rank that dies fails the requests in flight and stops the server with a
-non-zero exit. See docs/engine.md.
+non-zero exit. At SIGTERM the requests in flight get ``--shutdown-timeout`` seconds (``EngineServer``).
+See docs/engine.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import logging
 import os
+import socket
 import threading
 from collections.abc import Sequence
 from typing import Any
+
+import uvicorn
 
 from backends.engine.kv_events.config import KVEventsConfig
 from backends.openmp import loaded_runtime, relaunch_with_intel_openmp
 from backends.serving.app import ModelSpec, create_app
 from backends.serving.engine_client import AsyncEngineLike
-from backends.serving.state import EmbedderLike
+from backends.serving.state import EmbedderLike, ServingState
 
 log = logging.getLogger("backends.server")
 
@@ -165,6 +170,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
+    parser.add_argument(
+        "--shutdown-timeout", type=float, default=5.0, help="seconds to finish the requests at SIGTERM"
+    )
     args = parser.parse_args(argv)
     args.model = args.model or ["smollm2-135m"]
     if not 0.0 < args.gpu_memory_utilization <= 1.0:
@@ -224,8 +232,7 @@ class RankWatch:
 
     def __init__(self) -> None:
         self.lost: str | None = None
-        self.server: Any = None
-        """The ``uvicorn.Server`` to stop."""
+        self.server: uvicorn.Server | None = None
         self._engines: list[Any] = []
         self._closing = False
 
@@ -334,9 +341,31 @@ def build_embedder(args: argparse.Namespace) -> EmbedderLike | None:
         return None
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    import uvicorn
+class EngineServer(uvicorn.Server):
+    """uvicorn's server, stopping the engines 1 s before its graceful-shutdown timeout: the requests still
+    running end through the app (503 JSON, a stream's error event and ``[DONE]``), none is cancelled."""
 
+    def __init__(self, config: uvicorn.Config, serving: ServingState) -> None:
+        super().__init__(config)
+        self.serving = serving
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        stopper = asyncio.create_task(self._stop_engines_before(self.config.timeout_graceful_shutdown))
+        try:
+            await super().shutdown(sockets)
+        finally:  # the lifespan has stopped the engines by now (a stop under way: it waited for it)
+            stopper.cancel()
+            await asyncio.gather(stopper, return_exceptions=True)
+
+    async def _stop_engines_before(self, timeout_s: float | None) -> None:
+        if timeout_s is None:  # uvicorn waits for the requests as long as they run: it cancels none
+            return
+        await asyncio.sleep(max(0.0, timeout_s - 1.0))  # 1 s for their last step and the answers to go
+        log.info("shutdown timeout near: stopping the engines; the requests still running get 503")
+        await asyncio.gather(*(m.engine.stop() for m in self.serving.models if m.engine is not None))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -354,9 +383,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         log_level=args.log_level,
         access_log=args.access_log,
         log_config=None,  # keep the basicConfig above
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=args.shutdown_timeout,
     )
-    watch.server = server = uvicorn.Server(config)
+    watch.server = server = EngineServer(config, app.state["serving"])
     try:
         server.run()
     finally:  # uvicorn re-raises the signal that stopped it: the workers stop first

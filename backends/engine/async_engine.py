@@ -15,7 +15,7 @@ import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from backends.engine.errors import EngineDeadError, QueueFullError
+from backends.engine.errors import EngineDeadError, EngineStopped, QueueFullError
 from backends.engine.llm_engine import LLMEngine
 from backends.engine.outputs import RequestOutput
 from backends.engine.sampling_params import SamplingParams
@@ -60,21 +60,34 @@ class AsyncLLMEngine:
         self._num_submitted = 0  # written by callers (the event loop)
         self._num_admitted = 0  # written by the step thread
         self._thread: threading.Thread | None = None
+        self._is_stopping = False
+        """``stop`` was called: new requests are refused with ``EngineStopped``."""
         self._dead: BaseException | None = None
         self._stats = engine.stats()
 
     async def start(self) -> None:
         if self._thread is not None:
             return
+        self._is_stopping = False
         self._thread = threading.Thread(target=self._loop, name="engine-step", daemon=True)
         self._thread.start()
 
     async def stop(self) -> None:
-        thread, self._thread = self._thread, None
+        """End the step loop after its current step; every open stream then raises ``EngineStopped``.
+
+        Idempotent, and a call made while another one waits also waits for the thread: the server stops
+        the engines before its graceful-shutdown timeout and its lifespan stops them again, and the
+        parallel workers may only be closed once the step thread is done with them.
+        """
+        thread = self._thread
         if thread is None:
             return
-        self._commands.put(None)
+        if not self._is_stopping:
+            self._is_stopping = True
+            self._commands.put(None)
         await asyncio.to_thread(thread.join)
+        if self._thread is thread:
+            self._thread = None
 
     def stats(self) -> EngineStats:
         return self._stats
@@ -95,6 +108,8 @@ class AsyncLLMEngine:
         """
         if self._dead is not None:
             raise EngineDeadError(f"engine stopped after an error: {self._dead}")
+        if self._is_stopping:
+            raise EngineStopped("engine stopped")
         if self._thread is None:
             raise EngineDeadError("engine is not started")
         ids = self.engine.tokenize_prompt(prompt, params)
@@ -131,7 +146,7 @@ class AsyncLLMEngine:
             while True:
                 block = not engine.has_unfinished_requests()
                 if not self._drain_commands(block=block):
-                    self._fail_streams(EngineDeadError("engine stopped"))
+                    self._fail_streams(EngineStopped("engine stopped"))
                     return
                 outputs: list[RequestOutput] = []
                 if engine.has_unfinished_requests():

@@ -4,6 +4,7 @@
     ├── QueueFullError      the async front's waiting queue is full (HTTP 429 upstream)
     ├── ModelLoadError      weights, config or tokenizer could not be read
     └── EngineDeadError     the background step thread died; every request fails
+        └── EngineStopped   the engine was stopped (the server shuts down); open streams end with it
 
 Bad request input raises the built-in ``ValueError`` (HTTP 400 upstream), naming the field;
 ``PromptTooLong``, one of them, is a prompt the context or the whole KV cache cannot hold (400
@@ -27,6 +28,11 @@ class ModelLoadError(EngineError):
 
 class EngineDeadError(EngineError):
     """The engine's step loop failed; the message carries the original error."""
+
+
+class EngineStopped(EngineDeadError):
+    """``AsyncLLMEngine.stop`` ended the step loop: nothing failed, so the server answers 503 (retry
+    elsewhere) rather than 500. A subclass, so callers that only know ``EngineDeadError`` still catch it."""
 
 
 class PromptTooLong(ValueError):

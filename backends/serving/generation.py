@@ -4,7 +4,8 @@ The first output is awaited before any response header is sent, so a full queue 
 an HTTP status (429, 400) rather than an error inside a 200 stream. ``until_disconnect`` aborts the
 request when the client hangs up while the server is still waiting (before a stream starts, or for the
 whole of a non-streamed request); once a stream runs, Litestar cancels it on disconnect and the stream's
-``finally`` closes the generation.
+``finally`` closes the generation. An engine stopped by the server's shutdown ends its requests with a
+503 ``model_not_ready`` (an error event mid-stream), never a 500: nothing failed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from backends.engine.errors import EngineDeadError, PromptTooLong, QueueFullError
+from backends.engine.errors import EngineDeadError, EngineStopped, PromptTooLong, QueueFullError
 from backends.engine.outputs import RequestOutput
 from backends.engine.sampling_params import SamplingParams
 from backends.serving.engine_client import AsyncEngineLike
@@ -85,6 +86,8 @@ class Generation:
             first = await anext(self._outputs)
         except QueueFullError as exc:
             raise QueueFull() from exc
+        except EngineStopped as exc:
+            raise shutting_down() from exc
         except EngineDeadError as exc:
             raise NotReady(f"The engine is not running: {exc}") from exc
         except PromptTooLong as exc:  # past the checks on the context: the whole KV cache is smaller
@@ -111,6 +114,8 @@ class Generation:
                 yield output
                 if output.finished:
                     return
+        except EngineStopped as exc:  # the server shuts down: retry elsewhere, as before the stream began
+            raise shutting_down() from exc
         except EngineDeadError as exc:
             raise EngineFailed(f"The engine stopped: {exc}") from exc
 
@@ -148,6 +153,12 @@ class Generation:
 
     def _model_name(self) -> str | None:
         return getattr(self._metrics, "model_name", None)
+
+
+def shutting_down() -> NotReady:
+    """The error of a request the engine's stop ended (the server shuts down): 503 with Retry-After,
+    not 500, because nothing failed and another replica (or this one, restarted) can serve it."""
+    return NotReady("The server is shutting down; retry the request.")
 
 
 async def last_output(generation: Generation) -> RequestOutput:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from backends.engine.async_engine import AsyncLLMEngine
-from backends.engine.errors import QueueFullError
+from backends.engine.errors import EngineStopped, QueueFullError
 from backends.engine.outputs import RequestOutput
 from backends.engine.sampling_params import SamplingParams
 from tests.backends.engine.conftest import EngineFactory
@@ -114,16 +114,39 @@ async def test_dropped_unstarted_stream_is_aborted(async_engine: AsyncLLMEngine)
 
 
 async def test_stop_fails_open_streams(make_engine: EngineFactory) -> None:
-    from backends.engine.errors import EngineDeadError
-
+    """Stopping (the server shuts down) ends every open stream with ``EngineStopped``, which the server
+    answers with a 503 rather than the 500 of an engine that failed; later requests are refused alike."""
     engine = AsyncLLMEngine(make_engine())
     await engine.start()
     stream = engine.generate("s", "x", SamplingParams(max_tokens=10_000, ignore_eos=True))
     await stream.__anext__()
     await engine.stop()
-    with pytest.raises(EngineDeadError):
+    with pytest.raises(EngineStopped, match="engine stopped"):
         async for _ in stream:
             pass
     assert not engine.engine.has_unfinished_requests()
-    with pytest.raises(EngineDeadError):
+    with pytest.raises(EngineStopped):
         engine.generate("t", "x", SamplingParams())
+
+
+async def test_a_second_stop_waits_for_the_step_thread(make_engine: EngineFactory) -> None:
+    """The server stops the engines before its shutdown timeout and the lifespan stops them again: the
+    second call must not return while the step thread may still use the engine (its workers close next)."""
+    engine = AsyncLLMEngine(make_engine())
+    await engine.start()
+    stream = engine.generate("s", "x", SamplingParams(max_tokens=10_000, ignore_eos=True))
+    await stream.__anext__()
+    thread = engine._thread
+    assert thread is not None
+    first = asyncio.create_task(engine.stop())
+    await asyncio.sleep(0)  # the first call has asked the thread to stop and waits for it
+    await engine.stop()
+    assert not thread.is_alive()
+    await first
+    with pytest.raises(EngineStopped):
+        async for _ in stream:
+            pass
+    await engine.start()  # a stopped engine starts again
+    outs = await collect(engine.generate("again", "x", SamplingParams(max_tokens=2, ignore_eos=True)))
+    assert outs[-1].finished
+    await engine.stop()

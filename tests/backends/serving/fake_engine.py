@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.engine.errors import PromptTooLong, QueueFullError
+from backends.engine.errors import EngineStopped, PromptTooLong, QueueFullError
 from backends.engine.outputs import CompletionOutput, Logprob, RequestOutput
 from backends.engine.sampling_params import SamplingParams
 from backends.engine.stats import EngineStats
@@ -61,7 +61,8 @@ class FakeCore:
 
 
 class FakeAsyncEngine:
-    """Same shape as AsyncLLMEngine; ``step_s`` paces the steps; ``hold()`` keeps requests waiting."""
+    """Same shape as AsyncLLMEngine; ``step_s`` paces the steps; ``hold()`` keeps requests waiting;
+    ``stop()`` ends every open request with ``EngineStopped`` (held ones too), as the engine does."""
 
     def __init__(self, *, max_waiting: int = 8, step_s: float = 0.001, reply: str = REPLY) -> None:
         self.engine = FakeCore()
@@ -78,6 +79,7 @@ class FakeAsyncEngine:
         self.num_prompt_tokens = 0
         self.num_generated_tokens = 0
         self.is_started = False
+        self.is_stopped = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gate: asyncio.Event | None = None
 
@@ -86,14 +88,23 @@ class FakeAsyncEngine:
         self._gate = asyncio.Event()
         self._gate.set()
         self.is_started = True
+        self.is_stopped = False
 
     async def stop(self) -> None:
         self.is_started = False
+        self.is_stopped = True
+        if self._gate is not None:
+            self._gate.set()  # the held requests wake up to fail
 
     def hold(self) -> None:
         """Keep new requests waiting (thread-safe)."""
         assert self._loop is not None and self._gate is not None
         self._loop.call_soon_threadsafe(self._gate.clear)
+
+    def stop_from_thread(self) -> None:
+        """``stop()`` on the server's loop, as its shutdown calls it, from a test's thread."""
+        assert self._loop is not None
+        asyncio.run_coroutine_threadsafe(self.stop(), self._loop).result(timeout=10)
 
     def release(self) -> None:
         assert self._loop is not None and self._gate is not None
@@ -124,6 +135,8 @@ class FakeAsyncEngine:
         priority: int = 0,
     ) -> AsyncIterator[RequestOutput]:
         params.validate()
+        if self.is_stopped:
+            raise EngineStopped("engine stopped")
         if len(self.waiting) >= self.max_waiting:
             raise QueueFullError(f"{len(self.waiting)} requests already wait")
         ids = self.engine.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
@@ -149,11 +162,13 @@ class FakeAsyncEngine:
         limit = params.max_tokens or self.engine.max_model_len - len(ids)
         try:
             await self._gate.wait()
+            self._check_stopped()
             self.waiting.discard(request_id)
             self.running.add(request_id)
             self.num_prompt_tokens += len(ids)
             while not all(finish):
                 await asyncio.sleep(self.step_s)
+                self._check_stopped()
                 texts = []
                 for i in range(params.n):
                     if finish[i] is None:
@@ -202,6 +217,10 @@ class FakeAsyncEngine:
                 self.aborted.append(request_id)
             self.waiting.discard(request_id)
             self.running.discard(request_id)
+
+    def _check_stopped(self) -> None:
+        if self.is_stopped:
+            raise EngineStopped("engine stopped")
 
 
 class FakeEmbedder:

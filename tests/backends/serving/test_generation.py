@@ -1,5 +1,6 @@
 """One engine request as the server drives it: a full queue is a 429, a prompt the KV cache cannot hold
-is context_length_exceeded, a client that hangs up aborts its request (streamed or not)."""
+is context_length_exceeded, a client that hangs up aborts its request (streamed or not), a stopped engine
+(the server shutting down) is a 503 model_not_ready."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import httpx
 import openai
 import pytest
 
+from backends.serving.app import create_app
 from tests.backends.serving.fake_engine import MODEL, FakeAsyncEngine
-from tests.backends.serving.harness import wait_until
+from tests.backends.serving.harness import assert_error, post, serve, wait_until
 
 
 def test_full_queue_is_429(client: openai.OpenAI, fake: FakeAsyncEngine) -> None:
@@ -79,3 +81,31 @@ def test_non_stream_disconnect_aborts(base_url: str, fake: FakeAsyncEngine) -> N
         assert wait_until(lambda: len(fake.aborted) == before + 1 and not fake.running)
     finally:
         fake.step_s = 0.001
+
+
+def test_a_stopped_engine_ends_its_requests_with_503_model_not_ready() -> None:
+    """The server's shutdown stops the engine: a request waiting for its answer gets the JSON 503 (retry
+    elsewhere), a running stream its error event and [DONE], not a 500 engine_error."""
+    fake = FakeAsyncEngine(step_s=0.05)
+    with serve(create_app(fake)) as url:
+        body = {"model": MODEL, "prompt": "a", "max_tokens": 400, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=20) as streamed:
+            chunks = streamed.iter_bytes()
+            first = next(chunks)
+            fake.hold()
+            plain: list[httpx.Response] = []
+            waiting = threading.Thread(
+                target=lambda: plain.append(post(url, "/v1/completions", {"model": MODEL, "prompt": "b"})),
+                daemon=True,
+            )
+            waiting.start()
+            assert wait_until(lambda: len(fake.waiting) == 1)
+            fake.stop_from_thread()
+            events = (first + b"".join(chunks)).decode().split("\n\n")
+        waiting.join(timeout=10)
+    assert_error(plain[0], 503, "model_not_ready")
+    assert plain[0].headers["retry-after"] == "1"
+    assert "shutting down" in plain[0].json()["error"]["message"]
+    assert events[-2:] == ["data: [DONE]", ""]
+    error = json.loads(events[-3].removeprefix("data: "))["error"]
+    assert error["code"] == "model_not_ready" and "shutting down" in error["message"]

@@ -31,7 +31,7 @@ def test_default_policy_shape() -> None:
         if hasattr(msgspec.structs, "FrozenInstanceError")
         else AttributeError
     ):
-        policy.version = 2  # type: ignore[misc]
+        policy.version = 1  # type: ignore[misc]
 
 
 def _write(tmp_path: Path, text: str) -> Path:

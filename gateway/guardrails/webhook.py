@@ -62,8 +62,10 @@ class Webhook:
             if self.check.on_error == "fail_open":
                 return WebhookVerdict("allow", reason=f"guardrail service failed: {type(error).__name__}")
             return WebhookVerdict("block", reason="the guardrail service did not answer")
-        if verdict.action == "redact" and verdict.text is None:
-            return WebhookVerdict("allow", reason=verdict.reason)  # nothing to redact with
+        if verdict.action == "redact" and verdict.text is None:  # nothing to redact with: a malformed answer
+            if self.check.on_error == "fail_open":
+                return WebhookVerdict("allow", reason="guardrail service asked to redact but sent no text")
+            return WebhookVerdict("block", reason="the guardrail service asked to redact but sent no text")
         return verdict
 
     async def _send(self, body: bytes) -> WebhookVerdict:

@@ -12,8 +12,9 @@ from aiohttp import web
 
 
 class FakeGuardService:
-    """Answers by the text it gets: ``block`` if it holds "forbidden", a redaction of "Alice", a
-    timeout past any test's limit on "slow", a 500 on "broken"; it records every request."""
+    """Answers by the text it gets: ``block`` if it holds "forbidden", a redaction of "Alice" (with no
+    text on "Bob"), a timeout past any test's limit on "slow", a 500 on "broken"; it records every
+    request."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -29,6 +30,8 @@ class FakeGuardService:
             return web.Response(status=500, text="kaboom")
         if "forbidden" in text:
             return web.json_response({"action": "block", "reason": "policy 7"})
+        if "Bob" in text:
+            return web.json_response({"action": "redact"})
         if "Alice" in text:
             return web.json_response({"action": "redact", "text": text.replace("Alice", "[NAME]")})
         return web.json_response({"action": "allow"})

@@ -36,6 +36,13 @@ async def test_a_timeout_fails_open_or_closed(guard_service: FakeGuardService) -
     assert verdict.action == "block" and verdict.reason == "the guardrail service did not answer"
 
 
+async def test_a_redaction_without_its_text_is_a_failure(guard_service: FakeGuardService) -> None:
+    """The service asked to redact and sent nothing to redact with: a malformed answer, which on_error
+    decides, not an allow (under fail_closed it let the text through)."""
+    assert (await ask(guard_service, "hi Bob", on_error="fail_closed")).action == "block"
+    assert (await ask(guard_service, "hi Bob")).action == "allow"
+
+
 async def test_an_error_status_or_no_server_is_a_failure(guard_service: FakeGuardService) -> None:
     assert (await ask(guard_service, "broken", on_error="fail_closed")).action == "block"
     assert (await ask(guard_service, "broken")).action == "allow"

@@ -51,14 +51,8 @@ def policy_check(paths: Sequence[str], overlay: str | None = None, *, use_overla
                 policy, merged = load_served(path, overlay)
             else:
                 policy = load_policy(path)
-        except PolicyError as e:
-            candidate = overlay_for(path, overlay) if use_overlay else None
-            with_overlay = (
-                f" (checked with the overlay {candidate})"
-                if candidate is not None and os.path.exists(candidate)
-                else ""
-            )
-            print(f"error: {e}{with_overlay}", file=sys.stderr)
+        except PolicyError as e:  # the loader names an overlay merged into the file it refuses
+            print(f"error: {e}", file=sys.stderr)
             status = 1
             continue
         replicas = sum(len(p.replicas) for p in policy.pools.values())

@@ -194,6 +194,10 @@ def load_policy(path: str | Path, overlay: str | Path | None = None) -> Policy:
     """Read, merge and validate a policy file (plus an optional overlay that may be absent)."""
     path = Path(path)
     document = _read_yaml(path)
-    if overlay is not None and Path(overlay).exists():
-        document = merge(document, _read_yaml(Path(overlay)) or {})
-    return parse_policy(document, str(path))
+    if overlay is None or not Path(overlay).exists():
+        return parse_policy(document, str(path))
+    merged = merge(document, _read_yaml(Path(overlay)) or {})
+    try:
+        return parse_policy(merged, str(path))
+    except PolicyError as e:  # the paths are the merged document's: say it held the overlay's values
+        raise PolicyError(f"{e}\n{path}: (with the overlay {overlay} merged on top)") from None

@@ -121,6 +121,16 @@ def test_errors_name_file_path_and_expectation(tmp_path: Path, text: str, messag
     assert message in str(info.value)
 
 
+def test_an_error_from_the_overlay_says_it_was_merged(tmp_path: Path) -> None:
+    """The paths are the merged document's: without a word about the overlay, the error blamed the base
+    file for a value only the overlay held."""
+    base = _write(tmp_path, "pools:\n  s:\n    replicas: [{base_url: 'http://x', model: m}]\n")
+    overlay = tmp_path / "local.yaml"
+    overlay.write_text("pools: {s: 5}\n")
+    with pytest.raises(PolicyError, match=rf"with the overlay {overlay} merged on top"):
+        load_policy(base, overlay)
+
+
 def test_overlay_merges_on_top(tmp_path: Path) -> None:
     base = _write(tmp_path, "pools:\n  s:\n    replicas: [{base_url: 'http://x', model: m}]\n")
     overlay = tmp_path / "local.yaml"

@@ -43,7 +43,7 @@ def test_the_overlay_serve_would_merge_is_checked_too(
     policy, overlay = str(served / "policy.yaml"), str(served / "local.yaml")
     assert main(["policy", "check", policy]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and f"checked with the overlay {overlay}" in err
+    assert err.startswith("error: ") and f"(with the overlay {overlay} merged on top)" in err
     assert main(["policy", "check", "--no-overlay", policy]) == 0
     assert capsys.readouterr().out.startswith(f"{policy}: ok (")
     (served / "local.yaml").write_text("aliases: {mini: small}\n")

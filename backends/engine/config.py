@@ -128,6 +128,8 @@ class EngineConfig:
             raise ValueError("pipeline_micro_batches must be >= 0 (0: automatic)")
         if self.distributed_timeout_s <= 0:
             raise ValueError("distributed_timeout_s must be > 0")
+        if self.max_model_len is not None and self.max_model_len < 1:  # 0 read as "the model's own"
+            raise ValueError("max_model_len must be >= 1 (None: the model's own context)")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {list(KV_CACHE_DTYPES)}")
         if self.speculative_method is not None:

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from backends.engine.background import BackgroundLimits
+from backends.engine.config import EngineConfig
 from backends.engine.errors import PromptTooLong
 from backends.engine.sampling_params import SamplingParams
 from tests.backends.engine.conftest import EngineFactory
@@ -138,6 +139,13 @@ def test_generation_past_the_pool_ends_with_length(make_engine: EngineFactory) -
     out = engine.generate([[1] * 50], SamplingParams(max_tokens=100, ignore_eos=True))[0]
     assert out.outputs[0].finish_reason == "length"
     assert len(out.outputs[0].token_ids) >= 14
+
+
+@pytest.mark.parametrize("length", [0, -1])
+def test_a_context_of_no_tokens_is_refused(length: int) -> None:
+    """``--max-model-len 0`` was read as "the model's own" and served a context the user never asked for."""
+    with pytest.raises(ValueError, match="max_model_len must be >= 1"):
+        EngineConfig(model="m", max_model_len=length)
 
 
 def test_max_model_len_ends_with_length(make_engine: EngineFactory) -> None:

@@ -13,23 +13,29 @@ from backends.engine.config import EngineConfig
 from backends.server import build_engine, parse_args
 
 
+@pytest.fixture
+def configs(monkeypatch: pytest.MonkeyPatch) -> list[EngineConfig]:
+    """The config each engine ``build_engine`` makes is built with (no model is loaded)."""
+    built: list[EngineConfig] = []
+
+    class FakeEngine:
+        model_name, max_model_len = "m", 128
+
+        def __init__(self, config: EngineConfig, **kwargs: Any) -> None:
+            built.append(config)
+
+    monkeypatch.setattr(llm_engine, "LLMEngine", FakeEngine)
+    monkeypatch.setattr(async_engine, "AsyncLLMEngine", lambda engine, **kwargs: engine)
+    return built
+
+
 def test_defaults_are_vllms() -> None:
     args = parse_args([])
     assert args.gpu_memory_utilization == 0.9 and args.enforce_eager is False
     assert args.long_prefill_token_threshold == 0  # no cap
 
 
-def test_the_flags_reach_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    configs: list[EngineConfig] = []
-
-    class FakeEngine:
-        model_name, max_model_len = "m", 128
-
-        def __init__(self, config: EngineConfig, **kwargs: Any) -> None:
-            configs.append(config)
-
-    monkeypatch.setattr(llm_engine, "LLMEngine", FakeEngine)
-    monkeypatch.setattr(async_engine, "AsyncLLMEngine", lambda engine, **kwargs: engine)
+def test_the_flags_reach_the_engine_config(configs: list[EngineConfig]) -> None:
     args = parse_args(
         ["--gpu-memory-utilization", "0.6", "--enforce-eager", "--long-prefill-token-threshold", "64"]
     )
@@ -44,18 +50,8 @@ def test_a_utilization_outside_zero_to_one_is_refused() -> None:
         parse_args(["--gpu-memory-utilization", "1.2"])
 
 
-def test_the_speculative_flags_reach_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_speculative_flags_reach_the_engine_config(configs: list[EngineConfig]) -> None:
     """docs/engine.md's draft row: a quantized copy of the target as the draft."""
-    configs: list[EngineConfig] = []
-
-    class FakeEngine:
-        model_name, max_model_len = "m", 128
-
-        def __init__(self, config: EngineConfig, **kwargs: Any) -> None:
-            configs.append(config)
-
-    monkeypatch.setattr(llm_engine, "LLMEngine", FakeEngine)
-    monkeypatch.setattr(async_engine, "AsyncLLMEngine", lambda engine, **kwargs: engine)
     args = parse_args(
         [
             "--speculative-method",
